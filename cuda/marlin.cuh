@@ -1,0 +1,704 @@
+// The Marlin-style fused kernel: C[M,N] = A[M,K] @ dequant(B), A and C fp16, B 4-bit in the
+// Marlin tiled layout (marlin_cupy/layout.py), FP32 accumulation.
+//
+// Reading order: small types, one-instruction PTX wrappers, dequantization, global barriers,
+// then the kernel, split by pipeline step: fetch to shared, fetch to registers, matmul,
+// reduce inside the CTA, reduce across CTAs and write.
+//
+// Work split. The output is cut into column tiles of TILE_N columns; for M > 16*M_BLOCKS the
+// rows are cut into "slabs" of 64 rows that run as independent problems in the same launch.
+// A (slab, column tile) pair is a *column*; each column has k_tiles tiles of TILE_K rows of K.
+// The k_tiles * columns units are laid out column by column (down K, then the next column)
+// and every CTA of the persistent grid takes one contiguous stripe of `iters` units, so each
+// CTA streams the same number of weight bytes. Columns cut by a stripe boundary are summed
+// across the CTAs that share them in a fixed order (bottom of K first), guarded by a lock.
+#pragma once
+#include "common.cuh"
+
+namespace mc {
+
+// NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
+using uint32_t = unsigned int;
+
+// ----------------------------------------------------------------------------------------
+// Small types
+// ----------------------------------------------------------------------------------------
+template <typename T, int N>
+struct Vec {
+  T e[N];
+  __device__ __forceinline__ T& operator[](int i) { return e[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return e[i]; }
+};
+
+using FragA = Vec<uint32_t, 4>;  // one 16x16 A block, as ldmatrix.x4 delivers it
+using FragB = Vec<half2, 2>;     // one k16 x n8 B fragment
+using FragC = Vec<float, 4>;     // one m16 x n8 accumulator
+
+__device__ __forceinline__ half2 as_half2(uint32_t u) {
+  union { uint32_t u; half2 h; } v;
+  v.u = u;
+  return v.h;
+}
+
+// ----------------------------------------------------------------------------------------
+// PTX wrappers, one instruction each
+// ----------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t as_u32(half2 h) {
+  union { half2 h; uint32_t u; } v;
+  v.h = h;
+  return v.u;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy that bypasses L1. When `pred` is false nothing is read and the
+// destination is zero-filled (src-size 0), so rows past M hold zeros, never stale data.
+__device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bool pred) {
+  const int src_bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(glob), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(glob));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(FragA& a, const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(smem_addr(smem)));
+}
+
+__device__ __forceinline__ void mma_m16n8k16(const FragA& a, const FragB& b, FragC& c) {
+  const uint32_t* bu = reinterpret_cast<const uint32_t*>(&b);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]));
+}
+
+// (a & b) | c in one instruction; the LUT byte is (0xF0 & 0xCC) | 0xAA.
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm volatile("lop3.b32 %0, %1, %2, %3, %4;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c), "n"(0xEA));
+  return r;
+}
+
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.global.release.gpu.b32 [%0], %1;\n" ::"l"(p), "r"(v));
+}
+
+__device__ __forceinline__ uint32_t dynamic_smem_size() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(v));
+  return v;
+}
+
+// ----------------------------------------------------------------------------------------
+// Dequantization
+// ----------------------------------------------------------------------------------------
+// A 4-bit code x OR-ed into the mantissa of fp16 1024.0 (0x6400) reads as 1024 + x; OR-ed in
+// at bits 4..7 it reads as 1024 + 16x. One lop3 builds two such halves from one int32, and
+// the layout's nibble interleave makes each pair land in B-fragment order: nibbles (0,4) are
+// b0,b1 of the first n8 half, (1,5) its b2,b3, and after >> 8 the same for the second half.
+struct Nibbles {
+  uint32_t lo0, hi0, lo1, hi1;  // 1024+x pairs (lo) and 1024+16x pairs (hi), halves 0 and 1
+};
+
+__device__ __forceinline__ Nibbles split_nibbles(uint32_t q) {
+  constexpr uint32_t LO = 0x000f000f, HI = 0x00f000f0, EX = 0x64006400;
+  Nibbles n;
+  n.lo0 = lop3_and_or(q, LO, EX);
+  n.hi0 = lop3_and_or(q, HI, EX);
+  q >>= 8;
+  n.lo1 = lop3_and_or(q, LO, EX);
+  n.hi1 = lop3_and_or(q, HI, EX);
+  return n;
+}
+
+// Symmetric uint4b8: value = x - 8, exact in fp16. lo - 1032 and hi/16 - 72 both give x - 8.
+__device__ __forceinline__ void dequant_sym(uint32_t q, FragB& f0, FragB& f1) {
+  const half2 sub = as_half2(0x64086408);  // 1032
+  const half2 mul = as_half2(0x2c002c00);  // 1/16
+  const half2 add = as_half2(0xd480d480);  // -72
+  Nibbles n = split_nibbles(q);
+  f0[0] = __hsub2(as_half2(n.lo0), sub);
+  f0[1] = __hfma2(as_half2(n.hi0), mul, add);
+  f1[0] = __hsub2(as_half2(n.lo1), sub);
+  f1[1] = __hfma2(as_half2(n.hi1), mul, add);
+}
+
+// Zero point z of one column, as the two constants that make (x - z) exact in fp16:
+// lo - (1024 + z) and hi/16 - (64 + z).
+struct ZeroPair {
+  half2 lo_sub;  // {1024 + z, 1024 + z}
+  half2 hi_add;  // {-(64 + z), -(64 + z)}
+};
+
+__device__ __forceinline__ void dequant_zp(uint32_t q, const ZeroPair& z0, const ZeroPair& z1,
+                                           FragB& f0, FragB& f1) {
+  const half2 mul = as_half2(0x2c002c00);  // 1/16
+  Nibbles n = split_nibbles(q);
+  f0[0] = __hsub2(as_half2(n.lo0), z0.lo_sub);
+  f0[1] = __hfma2(as_half2(n.hi0), mul, z0.hi_add);
+  f1[0] = __hsub2(as_half2(n.lo1), z1.lo_sub);
+  f1[1] = __hfma2(as_half2(n.hi1), mul, z1.hi_add);
+}
+
+// One int32 of packed zero points holds this lane's 8 columns (tile j, half h at nibble order
+// of the weights). Returns the constants for the 4 tiles x 2 halves.
+__device__ __forceinline__ void unpack_zeros(uint32_t zw, ZeroPair (&z)[4][2]) {
+  const half2 mul = as_half2(0x2c002c00);    // 1/16
+  const half2 k960 = as_half2(0x63806380);   // 960: (1024 + z) - 960 = 64 + z
+  Nibbles n = split_nibbles(zw);
+  // lo pairs read 1024 + z directly; hi pairs read 1024 + 16z, and hi/16 + 960 = 1024 + z.
+  half2 t[4];
+  t[0] = as_half2(n.lo0);
+  t[1] = __hfma2(as_half2(n.hi0), mul, k960);
+  t[2] = as_half2(n.lo1);
+  t[3] = __hfma2(as_half2(n.hi1), mul, k960);
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    z[j][0].lo_sub = __low2half2(t[j]);
+    z[j][1].lo_sub = __high2half2(t[j]);
+    z[j][0].hi_add = __hsub2(k960, z[j][0].lo_sub);
+    z[j][1].hi_add = __hsub2(k960, z[j][1].lo_sub);
+  }
+}
+
+__device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
+  f[0] = __hmul2(f[0], s);
+  f[1] = __hmul2(f[1], s);
+}
+
+// ----------------------------------------------------------------------------------------
+// The kernel
+// ----------------------------------------------------------------------------------------
+// Template parameters (mirrored by KernelConfig.validate() in marlin_cupy/config.py):
+//   THREADS       threads per CTA (128, 256 or 512)
+//   M_BLOCKS      16-row blocks of A per CTA tile (1..4); 4 when M is cut into 64-row slabs
+//   N_BLOCKS      16-column blocks per CTA tile; each warp owns 64 columns (4 blocks)
+//   K_BLOCKS      16-row blocks of K per pipeline stage
+//   STAGES        depth of the cp.async ring (>= 2)
+//   GROUP_BLOCKS  16-row blocks per scale group, or -1 for one scale per output column
+//   HAS_ZP        asymmetric weights with packed zero points
+//   FP32_REDUCE   cross-CTA partial sums through an FP32 scratch (else FP16 in C itself)
+template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
+          bool HAS_ZP, bool FP32_REDUCE>
+struct Marlin {
+  static constexpr int WARPS = THREADS / 32;
+  static constexpr int N_WARPS = N_BLOCKS / 4;     // warps side by side along N
+  // A 64-row tile would need 128 accumulators per thread; two warps share it by rows instead
+  // (32 rows each), which keeps every instance within 255 registers without spills.
+  static constexpr int M_WARPS = (M_BLOCKS == 4 && WARPS / N_WARPS >= 2) ? 2 : 1;
+  static constexpr int WM = M_BLOCKS / M_WARPS;    // m16 blocks per warp
+  static constexpr int K_WARPS = WARPS / (N_WARPS * M_WARPS);  // warps splitting K
+  static constexpr int K_SUB = K_BLOCKS / K_WARPS; // k16 steps per warp per stage
+  static constexpr int TILE_M = 16 * M_BLOCKS;
+  static constexpr int TILE_N = 16 * N_BLOCKS;
+  static constexpr int TILE_K = 16 * K_BLOCKS;
+  static constexpr bool PER_CHANNEL = GROUP_BLOCKS < 0;
+  // Scale/zero rows one stage needs: a stage never straddles groups unevenly.
+  static constexpr int GROUPS_PER_STAGE =
+      PER_CHANNEL ? 1 : (GROUP_BLOCKS >= K_BLOCKS ? 1 : K_BLOCKS / GROUP_BLOCKS);
+
+  // Shared-memory geometry, in int4 (16-byte) units.
+  static constexpr int A_ROW = 2 * K_BLOCKS;                        // int4 per A row per stage
+  static constexpr int A_STAGE = TILE_M * A_ROW;
+  static constexpr int B_ROW = 8 * N_BLOCKS;                        // int4 per k16 row of B
+  static constexpr int B_STAGE = K_BLOCKS * B_ROW;
+  static constexpr int S_ROW = 2 * N_BLOCKS;                        // TILE_N halves
+  static constexpr int S_STAGE = PER_CHANNEL ? 0 : GROUPS_PER_STAGE * S_ROW;
+  static constexpr int Z_ROW = N_BLOCKS / 2;                        // TILE_N nibbles
+  static constexpr int Z_STAGE = HAS_ZP ? GROUPS_PER_STAGE * Z_ROW : 0;
+  static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
+  static constexpr int RED_WARP = WM * 8 * 32;                        // float4 per warp
+  static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
+  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
+
+  static_assert(THREADS == 128 || THREADS == 256 || THREADS == 512, "THREADS must be 128, 256 or 512");
+  static_assert(M_BLOCKS >= 1 && M_BLOCKS <= 4, "M_BLOCKS must be 1..4");
+  static_assert(N_BLOCKS % 4 == 0 && N_WARPS >= 1 && WARPS % N_WARPS == 0,
+                "N_BLOCKS must be a multiple of 4 with N_BLOCKS/4 dividing the warp count");
+  static_assert((K_WARPS & (K_WARPS - 1)) == 0, "warps along K must be a power of two");
+  static_assert(K_BLOCKS >= 4 && K_BLOCKS % K_WARPS == 0,
+                "K_BLOCKS must be >= 4 (swizzle width) and a multiple of the warps along K");
+  static_assert(STAGES >= 2, "STAGES must be at least 2");
+  static_assert(PER_CHANNEL || GROUP_BLOCKS % K_BLOCKS == 0 || K_BLOCKS % GROUP_BLOCKS == 0,
+                "GROUP_BLOCKS and K_BLOCKS must divide one another");
+
+  // Problem geometry shared by every step.
+  const int4* __restrict__ A;
+  const int4* __restrict__ B;
+  const int4* __restrict__ S;
+  const int4* __restrict__ Z;
+  int4* __restrict__ C;
+  float4* __restrict__ scratch;
+  int* __restrict__ locks;
+  int prob_m, prob_n, prob_k, parallel;
+  int k_tiles, n_tiles, iters, unit_start, unit_end;
+  int4* sh_a;
+  int4* sh_b;
+  int4* sh_s;
+  int4* sh_z;
+  float4* sh_red;
+  int tid, lane, warp, nw, mw, kw;
+
+  // ---- where the stream of units stands, advanced one unit at a time so that the main loop
+  // needs no integer division (divisions and address recomputation once doubled the
+  // instruction count per byte at small M; see benchmarks/NOTES.md).
+  struct Cursor {
+    int unit, kt, n_tile, slab;
+    const int4* a;  // this unit's A tile (row 0 of the slab, first chunk of the k tile)
+    const int4* b;  // this unit's B tile (first k16 row, first chunk of the column tile)
+  };
+
+  __device__ __forceinline__ void locate(Cursor& c) const {
+    c.a = A + static_cast<size_t>(c.slab) * TILE_M * (prob_k / 8) + c.kt * A_ROW;
+    c.b = B + static_cast<size_t>(c.kt) * K_BLOCKS * (prob_n / 2) + c.n_tile * B_ROW;
+  }
+
+  __device__ __forceinline__ Cursor cursor_at(int unit) const {
+    Cursor c;
+    c.unit = unit;
+    const int col = unit / k_tiles;
+    c.kt = unit - col * k_tiles;
+    c.n_tile = col / parallel;
+    c.slab = col - c.n_tile * parallel;
+    locate(c);
+    return c;
+  }
+
+  // Down K within a column is two pointer bumps; only a new column recomputes addresses.
+  __device__ __forceinline__ void advance(Cursor& c) const {
+    c.unit++;
+    c.a += A_ROW;
+    c.b += K_BLOCKS * (prob_n / 2);
+    if (++c.kt == k_tiles) {
+      c.kt = 0;
+      if (++c.slab == parallel) {
+        c.slab = 0;
+        c.n_tile++;
+      }
+      locate(c);
+    }
+  }
+
+  // Per-thread constant offsets of the copies, computed once.
+  static constexpr int A_ITERS = (A_STAGE + THREADS - 1) / THREADS;
+  static constexpr int B_ITERS = (B_STAGE + THREADS - 1) / THREADS;
+  int a_gl_off[A_ITERS], a_sh_off[A_ITERS], a_row[A_ITERS];
+  int b_gl_off[B_ITERS];
+  int s_gl_off, z_gl_off;
+
+  __device__ __forceinline__ void init_fetch_offsets() {
+    const int a_gl_stride = prob_k / 8;
+#pragma unroll
+    for (int i = 0; i < A_ITERS; i++) {
+      const int idx = tid + i * THREADS;
+      const int r = idx / A_ROW;
+      const int c = idx % A_ROW;
+      a_row[i] = (A_STAGE % THREADS == 0 || idx < A_STAGE) ? r : TILE_M;  // TILE_M: no copy
+      a_gl_off[i] = r * a_gl_stride + c;
+      // Chunk c of row r goes to c ^ (r % 8): ldmatrix then reads 8 rows of one logical
+      // chunk from 8 different bank groups.
+      a_sh_off[i] = r * A_ROW + (c ^ (r & 7));
+    }
+    const int b_gl_stride = prob_n / 2;
+#pragma unroll
+    for (int i = 0; i < B_ITERS; i++) {
+      const int idx = tid + i * THREADS;
+      b_gl_off[i] = (idx / B_ROW) * b_gl_stride + idx % B_ROW;
+    }
+    if constexpr (!PER_CHANNEL) s_gl_off = (tid / S_ROW) * (prob_n / 8) + tid % S_ROW;
+    if constexpr (HAS_ZP) z_gl_off = (tid / Z_ROW) * (prob_n / 32) + tid % Z_ROW;
+  }
+
+  // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
+  __device__ __forceinline__ void fetch_to_shared(const Cursor& c, int stage) {
+    // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
+    {
+      const int rows_left = prob_m - c.slab * TILE_M;
+      const int4* a_gl = c.a;
+      int4* a_sh = sh_a + stage * A_STAGE;
+#pragma unroll
+      for (int i = 0; i < A_ITERS; i++) {
+        if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
+          const bool valid = a_row[i] < rows_left;
+          cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
+        }
+      }
+    }
+    // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
+    {
+      const int4* b_gl = c.b;
+      int4* b_sh = sh_b + stage * B_STAGE + tid;
+#pragma unroll
+      for (int i = 0; i < B_ITERS; i++) {
+        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
+          cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
+      }
+    }
+    const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
+    if constexpr (!PER_CHANNEL) {
+      static_assert(S_STAGE <= THREADS, "one scale copy per thread at most");
+      if (tid < S_STAGE)
+        cp_async16(sh_s + stage * S_STAGE + tid,
+                   S + group0 * (prob_n / 8) + c.n_tile * S_ROW + s_gl_off);
+    }
+    if constexpr (HAS_ZP) {
+      static_assert(Z_STAGE <= THREADS, "one zero-point copy per thread at most");
+      if (tid < Z_STAGE)
+        cp_async16(sh_z + stage * Z_STAGE + tid,
+                   Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
+    }
+  }
+
+  // Fetch the unit at the fetch cursor if this CTA owns it; commit a (possibly empty) group
+  // either way so that wait_group counts stay in step with units.
+  __device__ __forceinline__ void fetch_or_skip(Cursor& c, int stage) {
+    if (c.unit < unit_end) fetch_to_shared(c, stage);
+    cp_async_commit();
+    advance(c);
+  }
+
+  // ---- fetch to registers: one k16 step of one stage
+  struct Regs {
+    FragA a[WM];
+    int4 b;        // 4 words: tiles 0..3 of this warp's 64 columns
+    int4 s;        // 8 group scales (grouped), columns lane/4 + 8j
+    uint32_t z;    // 8 packed zero points
+  };
+
+  int a_rd_off[K_SUB], b_rd_off[K_SUB], s_rd_off[K_SUB];
+
+  __device__ __forceinline__ void init_read_offsets() {
+    const int row = lane % 16;
+#pragma unroll
+    for (int sub = 0; sub < K_SUB; sub++) {
+      const int kb = kw + sub * K_WARPS;
+      a_rd_off[sub] = (16 * mw * WM + row) * A_ROW + ((2 * kb + lane / 16) ^ (row & 7));
+      b_rd_off[sub] = kb * B_ROW + nw * 32 + lane;
+      const int g = (PER_CHANNEL || GROUP_BLOCKS >= K_BLOCKS) ? 0 : kb / GROUP_BLOCKS;
+      s_rd_off[sub] = g * S_ROW + nw * 8 + lane / 4;   // zero points: same index in int32
+    }
+  }
+
+  __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
+    const int4* a_sh = sh_a + stage * A_STAGE + a_rd_off[sub];
+#pragma unroll
+    for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
+    r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
+    if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
+    if constexpr (HAS_ZP) {
+      const uint32_t* z_sh = reinterpret_cast<const uint32_t*>(sh_z + stage * Z_STAGE);
+      // Z_ROW int4 = 4 * Z_ROW words per group row; S_ROW = 4 * Z_ROW as well (TILE_N / 8).
+      r.z = z_sh[s_rd_off[sub]];
+    }
+  }
+
+  // ---- matmul: dequantize each 16x16 weight tile just before its MMAs, so the integer and
+  // half pipes of the next tile overlap the tensor cores of this one.
+  __device__ __forceinline__ void matmul(const Regs& r, FragC (&acc)[WM][8]) {
+    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
+    const half2* sw = reinterpret_cast<const half2*>(&r.s);
+    ZeroPair zp[4][2];
+    if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      FragB f0, f1;
+      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
+      else dequant_sym(bw[j], f0, f1);
+      if constexpr (!PER_CHANNEL) {
+        scale_frag(f0, __low2half2(sw[j]));
+        scale_frag(f1, __high2half2(sw[j]));
+      }
+#pragma unroll
+      for (int mb = 0; mb < WM; mb++) {
+        mma_m16n8k16(r.a[mb], f0, acc[mb][2 * j]);
+        mma_m16n8k16(r.a[mb], f1, acc[mb][2 * j + 1]);
+      }
+    }
+  }
+
+  // ---- reduce inside the CTA: the K_WARPS warps of one column strip sum through shared
+  // memory in a log tree; afterwards warps with kw == 0 hold the CTA's partial sums.
+  __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
+#pragma unroll
+    for (int half = K_WARPS / 2; half >= 1; half /= 2) {
+      if (kw >= half && kw < 2 * half) {
+        float4* dst = sh_red + (((kw - half) * M_WARPS + mw) * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+        for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+          for (int nb = 0; nb < 8; nb++)
+            dst[(mb * 8 + nb) * 32] = make_float4(acc[mb][nb][0], acc[mb][nb][1],
+                                                  acc[mb][nb][2], acc[mb][nb][3]);
+      }
+      __syncthreads();
+      if (kw < half) {
+        const float4* src = sh_red + ((kw * M_WARPS + mw) * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+        for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+          for (int nb = 0; nb < 8; nb++) {
+            const float4 v = src[(mb * 8 + nb) * 32];
+            acc[mb][nb][0] += v.x;
+            acc[mb][nb][1] += v.y;
+            acc[mb][nb][2] += v.z;
+            acc[mb][nb][3] += v.w;
+          }
+      }
+      __syncthreads();
+    }
+  }
+
+  // Per-channel scales multiply the accumulators once per column, before any partial sum
+  // leaves the CTA (keeps FP16 partials in range). Lane t = lane % 4 reads, per 32 columns,
+  // the 8 scales of columns 2t + {0,1,8,9,16,17,24,25} (layout.scale_perm_channel).
+  __device__ __forceinline__ void apply_channel_scales(FragC (&acc)[WM][8], int n_tile) {
+    const int4* s_gl = S + (n_tile * TILE_N + nw * 64) / 8 + lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int4 raw = __ldg(s_gl + 4 * h);
+      const half2* s = reinterpret_cast<const half2*>(&raw);
+#pragma unroll
+      for (int p = 0; p < 4; p++) {
+        const float2 f = __half22float2(s[p]);
+#pragma unroll
+        for (int mb = 0; mb < WM; mb++) {
+          acc[mb][4 * h + p][0] *= f.x;
+          acc[mb][4 * h + p][1] *= f.y;
+          acc[mb][4 * h + p][2] *= f.x;
+          acc[mb][4 * h + p][3] *= f.y;
+        }
+      }
+    }
+  }
+
+  // ---- reduce across CTAs and write. Element (mb, nb, i) of a lane sits at row
+  // 16(mw*WM + mb) + lane/4 (+8 for i >= 2) and column 8nb + 2(lane%4) (+1 for odd i) of the
+  // warp's 64-column strip.
+  __device__ __forceinline__ half2* c_ptr(int slab, int n_tile, int mb, int nb, int hi) const {
+    const int row = slab * TILE_M + 16 * (mw * WM + mb) + lane / 4 + 8 * hi;
+    const int colx = n_tile * TILE_N + nw * 64 + 8 * nb + 2 * (lane % 4);
+    return reinterpret_cast<half2*>(C) + (static_cast<size_t>(row) * prob_n + colx) / 2;
+  }
+
+  __device__ __forceinline__ bool row_valid(int slab, int mb, int hi) const {
+    return slab * TILE_M + 16 * (mw * WM + mb) + lane / 4 + 8 * hi < prob_m;
+  }
+
+  // FP16 partial sums live in C itself; FP32 ones in a scratch slot private to the column,
+  // laid out per lane so every access is a coalesced 16-byte one.
+  __device__ __forceinline__ void add_partial(FragC (&acc)[WM][8], int slab, int n_tile,
+                                              int slot) {
+    if constexpr (FP32_REDUCE) {
+      const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                          (mw * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+      for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++) {
+          const float4 v = __ldcg(src + (mb * 8 + nb) * 32);
+          acc[mb][nb][0] += v.x;
+          acc[mb][nb][1] += v.y;
+          acc[mb][nb][2] += v.z;
+          acc[mb][nb][3] += v.w;
+        }
+    } else {
+#pragma unroll
+      for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+          for (int hi = 0; hi < 2; hi++)
+            if (row_valid(slab, mb, hi)) {
+              const unsigned raw = __ldcg(reinterpret_cast<const unsigned*>(
+                  c_ptr(slab, n_tile, mb, nb, hi)));
+              const float2 v = __half22float2(as_half2(raw));
+              acc[mb][nb][2 * hi] += v.x;
+              acc[mb][nb][2 * hi + 1] += v.y;
+            }
+    }
+  }
+
+  __device__ __forceinline__ void store_partial(const FragC (&acc)[WM][8], int slab,
+                                                int n_tile, int slot) {
+    if constexpr (FP32_REDUCE) {
+      float4* dst = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                    (mw * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+      for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+          __stcg(dst + (mb * 8 + nb) * 32,
+                 make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
+    } else {
+      store_result(acc, slab, n_tile);
+    }
+  }
+
+  __device__ __forceinline__ void store_result(const FragC (&acc)[WM][8], int slab,
+                                               int n_tile) {
+#pragma unroll
+    for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+      for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++)
+          if (row_valid(slab, mb, hi))
+            __stcg(reinterpret_cast<unsigned*>(c_ptr(slab, n_tile, mb, nb, hi)),
+                   as_u32(__floats2half2_rn(acc[mb][nb][2 * hi], acc[mb][nb][2 * hi + 1])));
+  }
+
+  // The CTAs sharing a column add their partial sums one after another, the one that owns
+  // the bottom of K first: it reaches that column at the start of its stripe, so no CTA ever
+  // waits on work that comes late in another CTA's stripe. The order is fixed by the
+  // partition, so results are bitwise reproducible. The last CTA writes C and re-arms the lock.
+  __device__ __forceinline__ void finish_column(FragC (&acc)[WM][8], const Cursor& c) {
+    const int n_tile = c.n_tile;
+    const int slab = c.slab;
+    const int col = n_tile * parallel + slab;
+    reduce_in_cta(acc);
+    if constexpr (PER_CHANNEL) {
+      if (kw == 0) apply_channel_scales(acc, n_tile);
+    }
+    const int first = col * k_tiles;
+    const int top = first / iters;                     // CTA holding the column's k = 0
+    const int bottom = (first + k_tiles - 1) / iters;  // CTA holding its last k tile
+    if (top == bottom) {
+      if (kw == 0) store_result(acc, slab, n_tile);
+      return;
+    }
+    const int count = bottom - top + 1;
+    const int idx = bottom - static_cast<int>(blockIdx.x);  // 0 = first to add
+    int* lock = locks + top;
+    if (tid == 0) {
+      while (ld_acquire_gpu(lock) != idx) {
+      }
+    }
+    __syncthreads();
+    if (kw == 0) {
+      if (idx > 0) add_partial(acc, slab, n_tile, top);
+      if (idx == count - 1) store_result(acc, slab, n_tile);
+      else store_partial(acc, slab, n_tile, top);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
+  }
+
+  __device__ __forceinline__ void run() {
+    FragC acc[WM][8];
+    auto zero_acc = [&]() {
+#pragma unroll
+      for (int mb = 0; mb < WM; mb++)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) acc[mb][nb][i] = 0.f;
+    };
+    zero_acc();
+
+    // Prologue: STAGES - 1 units in flight, then the first step's registers.
+    Cursor fetch = cursor_at(unit_start);
+    Cursor compute = fetch;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    Regs regs[2];
+    fetch_to_registers(regs[0], 0, 0);
+
+    int stage = 0;
+    int refill = STAGES - 1;
+    for (int unit = unit_start; unit < unit_end; unit++) {
+      const int next = stage == STAGES - 1 ? 0 : stage + 1;
+#pragma unroll
+      for (int sub = 0; sub < K_SUB; sub++) {
+        if (sub == K_SUB - 1) {
+          // The slot before this one was last read during the previous unit, before the
+          // barrier below was last passed, so it can be refilled now.
+          fetch_or_skip(fetch, refill);
+          cp_async_wait<STAGES - 2>();
+          __syncthreads();
+          if (unit + 1 < unit_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
+        } else {
+          fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
+        }
+        matmul(regs[sub % 2], acc);
+      }
+      // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
+      if (K_SUB % 2 == 1) {
+        regs[0] = regs[1];
+      }
+      if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
+        finish_column(acc, compute);
+        zero_acc();
+      }
+      advance(compute);
+      refill = stage;
+      stage = next;
+    }
+    cp_async_wait<0>();
+  }
+};
+
+template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
+          bool HAS_ZP, bool FP32_REDUCE>
+__device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
+                                              const int4* Z, int4* C, float4* scratch,
+                                              int* locks, int prob_m, int prob_n, int prob_k,
+                                              int parallel) {
+  using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
+                   FP32_REDUCE>;
+  extern __shared__ int4 smem[];
+  // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
+  // would corrupt memory silently, so it stops the kernel instead.
+  if (dynamic_smem_size() < K::SMEM_INT4 * 16u) __trap();
+
+  K k;
+  k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;
+  k.prob_m = prob_m; k.prob_n = prob_n; k.prob_k = prob_k; k.parallel = parallel;
+  k.k_tiles = prob_k / K::TILE_K;
+  k.n_tiles = prob_n / K::TILE_N;
+  const int units = k.k_tiles * k.n_tiles * parallel;
+  k.iters = (units + gridDim.x - 1) / gridDim.x;
+  k.unit_start = blockIdx.x * k.iters;
+  k.unit_end = min(k.unit_start + k.iters, units);
+  if (k.unit_start >= units) return;  // more CTAs than units: this one has nothing to do
+
+  k.sh_a = smem;
+  k.sh_b = k.sh_a + STAGES * K::A_STAGE;
+  k.sh_s = k.sh_b + STAGES * K::B_STAGE;
+  k.sh_z = k.sh_s + STAGES * K::S_STAGE;
+  k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
+  k.tid = threadIdx.x;
+  k.lane = threadIdx.x % 32;
+  k.warp = threadIdx.x / 32;
+  k.nw = k.warp % K::N_WARPS;
+  k.mw = (k.warp / K::N_WARPS) % K::M_WARPS;
+  k.kw = k.warp / (K::N_WARPS * K::M_WARPS);
+  k.init_fetch_offsets();
+  k.init_read_offsets();
+  k.run();
+}
+
+}  // namespace mc

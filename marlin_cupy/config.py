@@ -1,0 +1,225 @@
+"""Kernel configurations: what the template parameters mean, which combinations are valid,
+which ones we instantiate, and the default choice per problem.
+
+``KernelConfig.validate`` mirrors the ``static_assert``s of ``cuda/marlin.cuh`` (struct
+``Marlin``) and adds the one check the compiler cannot make: shared memory on the device.
+``smem_bytes`` is the same formula as ``Marlin::SMEM_INT4``; the kernel traps if the launch
+gives it less, so a drift between the two cannot corrupt memory silently.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+# Tile shapes (threads, thread_n_blocks, thread_k_blocks): CTA tiles of 16*m x 16*n x 16*k.
+TILE_SHAPES = (
+    (256, 16, 4),   # 256 columns x 64 of K per stage: wide N, the large-batch workhorse
+    (256, 16, 8),   # 256 x 128: twice the bytes per stage, half the barriers per byte
+    (256, 8, 8),    # 128 x 128
+    (128, 8, 4),    # 128 x 64, 4 warps: small N
+    (128, 4, 8),    # 64 x 128, 4 warps: the smallest N the layout allows (N % 64)
+)
+GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
+DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
+MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
+
+
+def group_blocks_for(group_size: int, k: int) -> int:
+    """Template value for a weight's group size (-1: one scale per column)."""
+    if group_size == -1 or group_size >= k:
+        return -1
+    if group_size % 16:
+        raise ValueError(f"group_size={group_size} is not a multiple of 16.")
+    return group_size // 16
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Template parameters of one kernel instance (see cuda/marlin.cuh for their meaning)."""
+
+    threads: int = 256
+    thread_m_blocks: int = 1
+    thread_n_blocks: int = 16
+    thread_k_blocks: int = 4
+    stages: int = DEFAULT_STAGES
+    group_blocks: int = 8
+    fp32_reduce: bool = True
+
+    # ---- derived quantities, the same constexprs as in the kernel
+    @property
+    def n_warps(self) -> int:
+        return self.thread_n_blocks // 4
+
+    @property
+    def m_warps(self) -> int:
+        """Warps sharing a 64-row tile by rows (keeps accumulators within the register file)."""
+        along_m_and_k = (self.threads // 32) // max(self.n_warps, 1)
+        return 2 if self.thread_m_blocks == 4 and along_m_and_k >= 2 else 1
+
+    @property
+    def k_warps(self) -> int:
+        return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
+
+    @property
+    def tile_m(self) -> int:
+        return 16 * self.thread_m_blocks
+
+    @property
+    def tile_n(self) -> int:
+        return 16 * self.thread_n_blocks
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.thread_k_blocks
+
+    @property
+    def name(self) -> str:
+        g = "c" if self.group_blocks == -1 else str(self.group_blocks)
+        red = "fp32" if self.fp32_reduce else "fp16"
+        return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}")
+
+    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)$")
+
+    @classmethod
+    def from_name(cls, name: str) -> "KernelConfig":
+        m = cls._NAME.match(name)
+        if not m:
+            raise ValueError(f"{name!r} is not a config name; expected the form "
+                             f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
+                             f"per-channel scales; last part: fp32 or fp16 global reduction).")
+        t, mb, nb, kb, st, g, red = m.groups()
+        return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
+                   red == "fp32")
+
+    def with_(self, **changes) -> "KernelConfig":
+        return replace(self, **changes)
+
+    def smem_bytes(self, has_zp: bool) -> int:
+        """Dynamic shared memory of the instance: ``Marlin::SMEM_INT4 * 16``."""
+        per_channel = self.group_blocks < 0
+        kb, nb = self.thread_k_blocks, self.thread_n_blocks
+        groups = 1 if per_channel or self.group_blocks >= kb else kb // self.group_blocks
+        a = self.tile_m * 2 * kb
+        b = kb * 8 * nb
+        s = 0 if per_channel else groups * 2 * nb
+        z = groups * (nb // 2) if has_zp else 0
+        red = (self.k_warps // 2) * self.n_warps * self.thread_m_blocks * 8 * 32
+        return 16 * (self.stages * (a + b + s + z) + red)
+
+    def problems(self) -> list:
+        """Every violated constraint, as sentences (empty when the config is valid)."""
+        errs = []
+        if self.threads not in (128, 256, 512):
+            errs.append(f"threads={self.threads} must be 128, 256 or 512")
+        if not 1 <= self.thread_m_blocks <= MAX_M_BLOCKS:
+            errs.append(f"thread_m_blocks={self.thread_m_blocks} must be 1..{MAX_M_BLOCKS}")
+        warps = self.threads // 32
+        if self.thread_n_blocks % 4 or self.thread_n_blocks == 0 or \
+                warps % max(self.n_warps, 1) or self.n_warps > warps:
+            errs.append(f"thread_n_blocks={self.thread_n_blocks} must be a multiple of 4 (one warp "
+                        f"per 64 columns) with thread_n_blocks/4 dividing the {warps} warps")
+        else:
+            kw = self.k_warps
+            if kw & (kw - 1):
+                errs.append(f"warps along K ({kw}) must be a power of two")
+            if self.thread_k_blocks < 4 or self.thread_k_blocks % kw:
+                errs.append(f"thread_k_blocks={self.thread_k_blocks} must be >= 4 and a multiple "
+                            f"of the {kw} warps along K")
+        if self.stages < 2:
+            errs.append(f"stages={self.stages} must be at least 2")
+        g, kb = self.group_blocks, self.thread_k_blocks
+        if g != -1 and (g <= 0 or (g % kb and kb % g)):
+            errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
+                        f"(or group_blocks=-1 for per-channel scales)")
+        return errs
+
+    def validate(self, smem_limit: int | None = None, has_zp: bool = False) -> "KernelConfig":
+        """Raise ``ValueError`` naming every violated constraint; returns self when valid."""
+        errs = self.problems()
+        if smem_limit is not None and not errs:
+            need = self.smem_bytes(has_zp)
+            if need > smem_limit:
+                errs.append(f"needs {need} bytes of shared memory, the device allows {smem_limit} "
+                            f"per block; use fewer stages (each costs "
+                            f"{(need - self.with_(stages=1).smem_bytes(has_zp))} bytes)")
+        if errs:
+            raise ValueError(f"invalid KernelConfig {self.name}: " + "; ".join(errs) + ".")
+        return self
+
+
+def _instantiated() -> tuple:
+    cfgs = []
+    for threads, nb, kb in TILE_SHAPES:
+        for mb in range(1, MAX_M_BLOCKS + 1):
+            for g in GROUP_BLOCKS:
+                cfgs.append(KernelConfig(threads, mb, nb, kb, DEFAULT_STAGES, g, True))
+                # The FP16 in-place reduction keeps 64-bit output addresses live; at 48 rows
+                # per warp that spills, so it is offered for 1, 2 and 4 m-blocks only.
+                if mb != 3:
+                    cfgs.append(KernelConfig(threads, mb, nb, kb, DEFAULT_STAGES, g, False))
+    return tuple(c.validate() for c in cfgs)
+
+
+# The configurations we instantiate, test and dispatch to at the default depth. The stage count
+# is a run-time choice on top (``choose_config`` deepens the pipeline where shared memory allows);
+# every listed configuration is compiled for sm_80 and sm_90 in CI and must not spill.
+INSTANTIATED = _instantiated()
+
+# Pipeline depth of the heuristic: on the H200 the measured optimum was 4-6 stages for every
+# tile (benchmarks/NOTES.md); deeper rings buy nothing once the copies are in flight.
+HEURISTIC_STAGES = 6
+
+#: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M
+#: (M > 64 all run as 64-row slabs, hence one open-ended bucket).
+M_BUCKETS = (16, 32, 48, 64, 1 << 30)
+
+
+def m_bucket(m: int) -> int:
+    for b in M_BUCKETS:
+        if m <= b:
+            return b
+    return M_BUCKETS[-1]
+
+
+def _heuristic_shape(n: int, k: int):
+    """Tile shape when no tuned entry exists: deep K stages (fewer barriers per byte), 256-wide
+    only when N is large enough that 128-wide tiles would not balance better across SMs."""
+    order = ((256, 16, 8), (256, 8, 8), (128, 8, 4), (128, 4, 8)) if n >= 16384 else \
+            ((256, 8, 8), (256, 16, 8), (128, 8, 4), (128, 4, 8))
+    for threads, nb, kb in order:
+        if n % (16 * nb) == 0 and k % (16 * kb) == 0:
+            return threads, nb, kb
+    return None
+
+
+def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
+                  smem_limit: int = 232448, device_name: str | None = None) -> KernelConfig:
+    """The default configuration for a problem (the dispatch of ``mc.matmul``).
+
+    The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket), else a
+    heuristic: the tile shape of ``_heuristic_shape``, as many 16-row blocks as M needs (64-row
+    slabs beyond 64) and ``HEURISTIC_STAGES`` stages, fewer if shared memory is short.
+    """
+    mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
+    if device_name:
+        from .tune import lookup
+        tuned = lookup(device_name, m, n, k, group_size)
+        if tuned is not None:
+            tuned = tuned.with_(thread_m_blocks=mb)
+            if not tuned.problems() and n % tuned.tile_n == 0 and k % tuned.tile_k == 0 \
+                    and tuned.smem_bytes(has_zp) <= smem_limit:
+                return tuned
+    shape = _heuristic_shape(n, k)
+    if shape is None:
+        raise ValueError(
+            f"no kernel tile fits N={n}, K={k}: N must be a multiple of 64 and K of 128 (or of 64 "
+            f"with N a multiple of 128); pad the layer's features up to those multiples.")
+    threads, nb, kb = shape
+    cfg = KernelConfig(threads, mb, nb, kb, 2, group_blocks_for(group_size, k), True)
+    stages = 2
+    for s in range(HEURISTIC_STAGES, 1, -1):
+        if cfg.with_(stages=s).smem_bytes(has_zp) <= smem_limit:
+            stages = s
+            break
+    return cfg.with_(stages=stages).validate(smem_limit, has_zp)

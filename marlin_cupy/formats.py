@@ -1,0 +1,660 @@
+"""GPTQ and AWQ tensors and checkpoints <-> ``QuantizedWeight`` (NumPy, CPU).
+
+Every format below describes a linear layer ``y = x @ W``, ``W`` of shape ``[K, N]``
+(K = in_features, N = out_features), with ``G`` groups along K. "Packed LSB first" means
+bit-field ``j`` (bits ``[bits*j, bits*(j+1))``) of an int32 word holds the ``j``-th value.
+
+**GPTQ** (AutoGPTQ / GPTQModel), bits 4 or 8, ``pf = 32 // bits`` values per word:
+
+- ``qweight`` int32 ``[K/pf, N]``, packed along K: field ``j`` of ``qweight[r, n]`` is
+  ``q[r*pf + j, n]``.
+- ``qzeros`` int32 ``[G, N/pf]``, packed along N: field ``j`` of ``qzeros[g, c]`` is the stored
+  zero of column ``c*pf + j``. Format ``"gptq"`` (v1) stores ``zero - 1`` (modulo ``2**bits``; the
+  historical quirk, so symmetric 4-bit stores ``0x77777777``); ``"gptq_v2"`` stores the zero.
+- ``scales`` float16 ``[G, N]``; ``g_idx`` int32 ``[K]``, the group of every input row
+  (``k // group_size`` unless the checkpoint was quantized with act-order).
+- Dequantized: ``W[k, n] = (q[k, n] - zero[g, n]) * scales[g, n]`` with ``g = g_idx[k]``.
+
+**AWQ** (llm-awq / AutoAWQ "gemm" version), 4-bit with zero points:
+
+- ``qweight`` int32 ``[K, N/8]`` packed along N with the interleave ``AWQ_ORDER``: nibble ``p``
+  (LSB first) of ``qweight[k, c]`` is ``q[k, 8c + AWQ_ORDER[p]]``.
+- ``qzeros`` int32 ``[G, N/8]`` packed the same way, storing the true zero (no minus one).
+- ``scales`` float16 ``[G, N]``. No act-order.
+
+**Checkpoints**: a folder with ``model.safetensors`` (or shards listed in
+``model.safetensors.index.json``) holding ``<layer>.qweight``, ``<layer>.qzeros``,
+``<layer>.scales`` (and ``<layer>.g_idx`` for GPTQ), plus ``quantize_config.json``. Loaders read
+everything, validate everything, and only then return; any problem is a ``ValueError`` that
+names the file and the tensor.
+
+Group size: when a weight has a single group (``G == 1``) it is imported as ``group_size=-1``
+(one group spanning K), also when the caller or config says ``group_size == K``: both mean the
+same thing, and -1 is the form the kernels treat as per-channel.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .weights import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight, default_zero
+
+GPTQ_FORMATS = ("gptq", "gptq_v2")
+
+# AWQ's nibble order within an int32: nibble p (LSB first) holds column 8c + AWQ_ORDER[p].
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+CHECKPOINT_FILE = "model.safetensors"
+CHECKPOINT_INDEX = "model.safetensors.index.json"
+CONFIG_FILE = "quantize_config.json"
+
+_GPTQ_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
+_AWQ_TENSORS = ("qweight", "qzeros", "scales")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bit packing (int32 words, LSB first)
+# ---------------------------------------------------------------------------------------------
+
+def _shifts(bits: int) -> np.ndarray:
+    return np.arange(32 // bits, dtype=np.uint32) * np.uint32(bits)     # [pf]
+
+
+def _pack_rows(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 ``[R*pf, C]`` -> int32 ``[R, C]``: field j of ``[r, c]`` is ``codes[r*pf + j, c]``."""
+    pf = 32 // bits
+    fields = codes.astype(np.uint32).reshape(-1, pf, codes.shape[1])    # [R, pf, C]
+    words = np.bitwise_or.reduce(fields << _shifts(bits)[None, :, None], axis=1)   # [R, C]
+    return np.ascontiguousarray(words).view(np.int32)
+
+
+def _unpack_rows(words: np.ndarray, bits: int) -> np.ndarray:
+    """uint32 ``[R, C]`` -> uint8 ``[R*pf, C]``, the inverse of ``_pack_rows``."""
+    mask = np.uint32((1 << bits) - 1)
+    fields = (words[:, None, :] >> _shifts(bits)[None, :, None]) & mask   # [R, pf, C]
+    return fields.reshape(-1, words.shape[1]).astype(np.uint8)           # [R*pf, C]
+
+
+def _pack_cols(codes: np.ndarray, bits: int, order=None) -> np.ndarray:
+    """uint8 ``[R, C*pf]`` -> int32 ``[R, C]``: field p of word ``[r, c]`` is
+    ``codes[r, c*pf + order[p]]`` (``order`` defaults to the identity)."""
+    pf = 32 // bits
+    fields = codes.astype(np.uint32).reshape(codes.shape[0], -1, pf)    # [R, C, pf]
+    if order is not None:
+        fields = fields[:, :, list(order)]                               # [R, C, pf], nibble order
+    words = np.bitwise_or.reduce(fields << _shifts(bits)[None, None, :], axis=2)   # [R, C]
+    return np.ascontiguousarray(words).view(np.int32)
+
+
+def _unpack_cols(words: np.ndarray, bits: int, order=None) -> np.ndarray:
+    """uint32 ``[R, C]`` -> uint8 ``[R, C*pf]``: the inverse of ``_pack_cols`` (same ``order``)."""
+    mask = np.uint32((1 << bits) - 1)
+    fields = (words[:, :, None] >> _shifts(bits)[None, None, :]) & mask   # [R, C, pf], nibble order
+    if order is not None:
+        fields = fields[:, :, list(np.argsort(order))]                    # [R, C, pf], column order
+    return fields.reshape(words.shape[0], -1).astype(np.uint8)            # [R, C*pf]
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks shared by the GPTQ and AWQ importers
+# ---------------------------------------------------------------------------------------------
+
+def _host(x, name: str) -> np.ndarray:
+    if hasattr(x, "__cuda_array_interface__"):
+        raise ValueError(f"{name} is on the GPU; pass a host array (x.get() for CuPy, "
+                         "x.cpu().numpy() for PyTorch).")
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} could not be read as a NumPy array ({e}).") from e
+
+
+def _words(x, name: str, ndim: int = 2) -> np.ndarray:
+    """A packed tensor as uint32 (int32 bits reinterpreted; uint32 accepted as the same bits)."""
+    x = _host(x, name)
+    if x.dtype not in (np.int32, np.uint32):
+        raise ValueError(f"{name} must be int32 (packed codes; uint32 with the same bits is also "
+                         f"accepted); got dtype={x.dtype}. Other integer types are not cast.")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D; got shape={x.shape}.")
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+def _scales(x, name: str) -> np.ndarray:
+    """Scales as float16 ``[G, N]``. float32/float64 are accepted only when they convert exactly."""
+    x = _host(x, name)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [G, N]; got shape={x.shape}.")
+    if x.dtype not in (np.float16, np.float32, np.float64):
+        raise ValueError(f"{name} must be float16; got dtype={x.dtype}.")
+    if 0 in x.shape:
+        raise ValueError(f"{name} has shape {list(x.shape)}; it needs at least one group (row) "
+                         "and one column.")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        g, n = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s); the first is "
+                         f"{name}[{g}, {n}] = {x[g, n]}.")
+    if x.dtype == np.float16:
+        return np.ascontiguousarray(x)
+    with np.errstate(over="ignore"):
+        half = x.astype(np.float16)
+    lossy = half.astype(x.dtype) != x
+    if lossy.any():
+        g, n = np.unravel_index(int(np.argmax(lossy)), lossy.shape)
+        raise ValueError(f"{name} is {x.dtype} and {int(lossy.sum())} value(s) are not exactly "
+                         f"representable in float16 (first: {name}[{g}, {n}] = {x[g, n]!r}); "
+                         "convert the scales to float16 yourself if that rounding is acceptable.")
+    return half
+
+
+def _check_shape(x: np.ndarray, expected: tuple, name: str, meaning: str) -> None:
+    if x.shape != expected:
+        raise ValueError(f"{name} must have shape {meaning} = {list(expected)}; got "
+                         f"{list(x.shape)}.")
+
+
+def _resolve_group_size(k: int, g: int, group_size, scales_name: str) -> int:
+    """Group size of a weight with K rows and G groups; ``group_size`` is the caller's or None."""
+    if group_size is not None and (isinstance(group_size, bool)
+                                   or not isinstance(group_size, (int, np.integer))):
+        raise ValueError(f"group_size must be an int or None; got {group_size!r}.")
+    if g == 1:
+        if group_size in (None, -1, k):
+            return -1
+        raise ValueError(f"{scales_name} has G=1 row, so one group spans K={k}, which does not "
+                         f"match group_size={group_size}. Pass group_size=-1 (or None to infer "
+                         "it from the shapes).")
+    if group_size is None:
+        if k % g:
+            raise ValueError(f"K={k} rows cannot be split into G={g} equal groups ({scales_name} "
+                             f"has {g} rows); the tensors are inconsistent.")
+        group_size = k // g
+    elif group_size <= 0 or k % group_size or k // group_size != g:
+        raise ValueError(f"group_size={group_size} does not split K={k} into the G={g} groups "
+                         f"that {scales_name} has rows for. Pass the checkpoint's group size, or "
+                         "None to infer it from the shapes.")
+    if group_size not in SUPPORTED_GROUP_SIZES:
+        raise ValueError(f"group_size={group_size} (K={k}, G={g}) is not supported; supported: "
+                         f"{SUPPORTED_GROUP_SIZES}.")
+    return int(group_size)
+
+
+def _check_bits(bits) -> None:
+    if bits not in SUPPORTED_BITS or isinstance(bits, bool):
+        raise ValueError(f"bits={bits!r} is not supported; this project handles GPTQ with bits in "
+                         f"{SUPPORTED_BITS} (2- and 3-bit GPTQ are not supported).")
+
+
+def _check_checkpoint_format(checkpoint_format) -> None:
+    if checkpoint_format not in GPTQ_FORMATS:
+        raise ValueError(f"checkpoint_format={checkpoint_format!r} is not a GPTQ format; use one "
+                         f"of {GPTQ_FORMATS} ('gptq' stores zero - 1, 'gptq_v2' the true zero).")
+
+
+def _names(roles) -> dict:
+    """Tensor names used in error messages, for direct calls (the loaders add layer and file)."""
+    return {r: r for r in roles}
+
+
+# ---------------------------------------------------------------------------------------------
+# GPTQ tensors
+# ---------------------------------------------------------------------------------------------
+
+def from_gptq(qweight, qzeros, scales, g_idx=None, bits: int = 4, sym: bool = True,
+              group_size=None, checkpoint_format: str = "gptq") -> QuantizedWeight:
+    """A ``QuantizedWeight`` from AutoGPTQ tensors (layout in the module docstring).
+
+    ``bits``: 4 or 8. ``sym=True``: the zero point is the fixed ``2**(bits-1)``; ``qzeros`` is
+    only checked to hold exactly that (stored as ``2**(bits-1) - 1`` in format ``"gptq"``), and
+    the result has ``zeros=None``. ``sym=False``: per-group zeros are read from ``qzeros``.
+    ``group_size``: inferred as ``K // G`` when None; a single group is ``-1``.
+    ``g_idx``: None means ``k // group_size``; an act-order ``g_idx`` is kept.
+    ``checkpoint_format``: ``"gptq"`` (v1, zero - 1 stored) or ``"gptq_v2"`` (true zero).
+    """
+    return _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint_format,
+                      _names(_GPTQ_TENSORS))
+
+
+def _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint_format, names):
+    _check_bits(bits)
+    _check_checkpoint_format(checkpoint_format)
+    if not isinstance(sym, (bool, np.bool_)):
+        raise ValueError(f"sym must be a bool; got {sym!r}.")
+    pf = 32 // bits
+    scales = _scales(scales, names["scales"])
+    g, n = scales.shape
+    words = _words(qweight, names["qweight"])
+    k = words.shape[0] * pf
+    _check_shape(words, (words.shape[0], n), names["qweight"],
+                 "[K*bits/32, N] (N: columns of scales)")
+    if k == 0 or n == 0:
+        raise ValueError(f"{names['qweight']} has shape {list(words.shape)}; K and N must be at "
+                         "least 1.")
+    if g_idx is not None:
+        g_idx = _g_idx(g_idx, k, g, names, bits)
+    if n % pf:
+        raise ValueError(f"N={n} (from {names['scales']}) is not a multiple of {pf}, so "
+                         f"{names['qzeros']} cannot hold {pf} {bits}-bit zeros per int32.")
+    zero_words = _words(qzeros, names["qzeros"])
+    _check_shape(zero_words, (g, n // pf), names["qzeros"],
+                 f"[G, N*bits/32] for bits={bits} (G, N: shape of scales)")
+    group_size = _resolve_group_size(k, g, group_size, names["scales"])
+
+    q = _unpack_rows(words, bits)                                        # [K, N]
+    stored = _unpack_cols(zero_words, bits)                              # [G, N]
+    if sym:
+        expected = default_zero(bits) - (checkpoint_format == "gptq")
+        bad = stored != expected
+        if bad.any():
+            gg, nn = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise ValueError(
+                f"{names['qzeros']} holds stored zero {int(stored[gg, nn])} for group {gg}, column "
+                f"{nn} ({int(bad.sum())} such entries), but a symmetric {bits}-bit "
+                f"'{checkpoint_format}' checkpoint stores {expected} everywhere. If the checkpoint "
+                "has per-group zero points pass sym=False (and check checkpoint_format).")
+        zeros = None
+    elif checkpoint_format == "gptq":
+        zeros = ((stored.astype(np.int32) + 1) % (1 << bits)).astype(np.uint8)   # undo zero - 1
+    else:
+        zeros = stored
+    return QuantizedWeight(q=q, scales=scales, zeros=zeros, g_idx=g_idx, bits=bits,
+                           group_size=group_size)
+
+
+def _g_idx(g_idx, k: int, g: int, names: dict, bits: int) -> np.ndarray:
+    g_idx = _host(g_idx, names["g_idx"])
+    if not np.issubdtype(g_idx.dtype, np.integer) or g_idx.ndim != 1:
+        raise ValueError(f"{names['g_idx']} must be a 1-D integer array (int32) of length K; got "
+                         f"dtype={g_idx.dtype}, shape={list(g_idx.shape)}.")
+    if g_idx.shape[0] != k:
+        raise ValueError(f"{names['g_idx']} has {g_idx.shape[0]} entries but {names['qweight']} "
+                         f"has {k // (32 // bits)} rows, i.e. K = {k // (32 // bits)} * "
+                         f"{32 // bits} = {k} for bits={bits}. They must describe the same K "
+                         "(is bits right?).")
+    if k and (int(g_idx.min()) < 0 or int(g_idx.max()) >= g):
+        raise ValueError(f"{names['g_idx']} values must lie in 0..{g - 1} ({names['scales']} has "
+                         f"G={g} rows); got {int(g_idx.min())}..{int(g_idx.max())}.")
+    return g_idx.astype(np.int32)
+
+
+def to_gptq(qw: QuantizedWeight, checkpoint_format: str = "gptq") -> dict:
+    """AutoGPTQ tensors of ``qw``: ``{"qweight", "qzeros", "scales", "g_idx"}`` (always all four).
+
+    ``checkpoint_format="gptq"`` stores ``zero - 1`` (mod ``2**bits``) in ``qzeros``, the
+    historical layout every GPTQ reader expects; ``"gptq_v2"`` stores the true zero. Symmetric
+    weights write their fixed zero point. ``from_gptq(**to_gptq(qw, f), bits=qw.bits,
+    sym=qw.sym, checkpoint_format=f)`` gives ``qw`` back (a single group spanning K comes
+    back as ``group_size=-1``).
+    """
+    if not isinstance(qw, QuantizedWeight):
+        raise ValueError(f"to_gptq needs a QuantizedWeight; got {type(qw).__name__}.")
+    _check_checkpoint_format(checkpoint_format)
+    pf = 32 // qw.bits
+    if qw.k % pf or qw.n % pf:
+        raise ValueError(f"GPTQ packs {pf} {qw.bits}-bit values per int32 along K (qweight) and N "
+                         f"(qzeros); K={qw.k} and N={qw.n} must both be multiples of {pf}.")
+    zeros = qw.zero_points().astype(np.int32)                            # [G, N]
+    if checkpoint_format == "gptq":
+        zeros = (zeros - 1) % (1 << qw.bits)                             # the "zero - 1" quirk
+    return {
+        "qweight": _pack_rows(qw.q, qw.bits),                            # [K/pf, N]
+        "qzeros": _pack_cols(zeros.astype(np.uint8), qw.bits),           # [G, N/pf]
+        "scales": qw.scales.copy(),                                      # [G, N]
+        "g_idx": np.array(qw.row_groups(), dtype=np.int32),              # [K]
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# AWQ tensors
+# ---------------------------------------------------------------------------------------------
+
+def from_awq(qweight, qzeros, scales, group_size=128) -> QuantizedWeight:
+    """A ``QuantizedWeight`` (4-bit, explicit zeros) from AWQ "gemm" tensors (module docstring).
+
+    ``group_size``: the checkpoint's group size, checked against the shapes; None infers it
+    (a single group is -1). AWQ zero points are kept as explicit ``zeros`` even when they are
+    all 8: the result is never silently turned into a symmetric weight.
+    """
+    return _from_awq(qweight, qzeros, scales, group_size, _names(_AWQ_TENSORS))
+
+
+def _from_awq(qweight, qzeros, scales, group_size, names):
+    scales = _scales(scales, names["scales"])
+    g, n = scales.shape
+    if n == 0 or n % 8:
+        raise ValueError(f"N={n} (from {names['scales']}) must be a positive multiple of 8: AWQ "
+                         "packs 8 columns per int32.")
+    words = _words(qweight, names["qweight"])
+    k = words.shape[0]
+    _check_shape(words, (k, n // 8), names["qweight"], "[K, N/8] (N: columns of scales)")
+    if k == 0:
+        raise ValueError(f"{names['qweight']} has shape {list(words.shape)}; K must be at least 1.")
+    zero_words = _words(qzeros, names["qzeros"])
+    _check_shape(zero_words, (g, n // 8), names["qzeros"], "[G, N/8] (G, N: shape of scales)")
+    group_size = _resolve_group_size(k, g, group_size, names["scales"])
+    q = _unpack_cols(words, 4, AWQ_ORDER)                                # [K, N]
+    zeros = _unpack_cols(zero_words, 4, AWQ_ORDER)                       # [G, N]
+    return QuantizedWeight(q=q, scales=scales, zeros=zeros, g_idx=None, bits=4,
+                           group_size=group_size)
+
+
+def to_awq(qw: QuantizedWeight) -> dict:
+    """AWQ "gemm" tensors of ``qw``: ``{"qweight", "qzeros", "scales"}``.
+
+    Needs 4-bit, no act-order (AWQ has no ``g_idx``) and N a multiple of 8. Symmetric weights
+    are written with their zero point 8 in every group.
+    """
+    if not isinstance(qw, QuantizedWeight):
+        raise ValueError(f"to_awq needs a QuantizedWeight; got {type(qw).__name__}.")
+    if qw.bits != 4:
+        raise ValueError(f"AWQ stores 4-bit weights only; this weight has bits={qw.bits}. Use "
+                         "to_gptq for 8-bit.")
+    if qw.g_idx is not None:
+        raise ValueError("this weight uses act-order (a non-default g_idx), which the AWQ format "
+                         "cannot express; use to_gptq, or quantize without act-order.")
+    if qw.n % 8:
+        raise ValueError(f"AWQ packs 8 columns per int32; N={qw.n} is not a multiple of 8.")
+    return {
+        "qweight": _pack_cols(qw.q, 4, AWQ_ORDER),                       # [K, N/8]
+        "qzeros": _pack_cols(qw.zero_points(), 4, AWQ_ORDER),            # [G, N/8]
+        "scales": qw.scales.copy(),                                      # [G, N]
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: safetensors + quantize_config.json
+# ---------------------------------------------------------------------------------------------
+
+def save_gptq_checkpoint(path_dir, layers: dict, checkpoint_format: str = "gptq") -> None:
+    """Write ``layers`` (name -> QuantizedWeight) as a GPTQ checkpoint folder.
+
+    Files: ``model.safetensors`` with ``<name>.qweight``, ``<name>.qzeros``, ``<name>.scales``,
+    ``<name>.g_idx`` for every layer, and ``quantize_config.json``. The config is global, so all
+    layers must share bits, symmetry and group size. ``desc_act`` is true when any layer has an
+    act-order ``g_idx``. Files are written to temporary names and renamed into place.
+    """
+    _check_checkpoint_format(checkpoint_format)
+    bits, sym, group_size = _common_config(layers, "save_gptq_checkpoint")
+    tensors = {}
+    for name, qw in layers.items():
+        for role, array in _for_layer(name, to_gptq, qw, checkpoint_format).items():
+            tensors[f"{name}.{role}"] = array
+    config = {
+        "bits": int(bits),
+        "group_size": int(group_size),
+        "desc_act": any(qw.g_idx is not None for qw in layers.values()),
+        "sym": sym,
+        "checkpoint_format": checkpoint_format,
+        "quant_method": "gptq",
+        "static_groups": False,
+        "true_sequential": True,
+        "damp_percent": 0.01,
+    }
+    _write_checkpoint(path_dir, tensors, config)
+
+
+def load_gptq_checkpoint(path_dir) -> dict:
+    """Read a GPTQ checkpoint folder into ``{layer name: QuantizedWeight}``.
+
+    The config comes from ``quantize_config.json`` (or ``config.json``'s
+    ``quantization_config``): ``bits`` (or ``w_bit``), ``group_size`` (or ``q_group_size``;
+    inferred from shapes when absent), ``sym`` (default true, as in AutoGPTQ),
+    ``checkpoint_format`` ``"gptq"`` or ``"gptq_v2"`` (default ``"gptq"``) and ``desc_act``
+    (when false, a non-default ``g_idx`` is an error). Marlin-format checkpoints are refused.
+    A layer is every ``<name>.qweight``; its other tensors must be present (``g_idx`` may be
+    absent unless ``desc_act`` is true).
+    """
+    config_path, cfg = _read_config(path_dir)
+    method = str(cfg.get("quant_method", "gptq")).lower()
+    fmt = cfg.get("checkpoint_format", "gptq")
+    if cfg.get("is_marlin_format") or fmt in ("marlin", "marlin_24"):
+        raise ValueError(f"{config_path} describes a Marlin-format checkpoint (is_marlin_format="
+                         f"{cfg.get('is_marlin_format')!r}, checkpoint_format={fmt!r}); "
+                         "load_gptq_checkpoint reads GPTQ-format tensors (qweight/qzeros/scales/"
+                         "g_idx) only.")
+    if method == "awq":
+        raise ValueError(f"{config_path} has quant_method='awq'; use load_awq_checkpoint.")
+    if method != "gptq":
+        raise ValueError(f"{config_path} has quant_method={method!r}; load_gptq_checkpoint "
+                         "reads 'gptq' checkpoints only.")
+    if fmt not in GPTQ_FORMATS:
+        raise ValueError(f"{config_path} has checkpoint_format={fmt!r}; supported: {GPTQ_FORMATS}.")
+    bits, group_size = _config_bits_group(cfg, config_path)
+    _check_bits_in_config(bits, config_path)
+    sym = cfg.get("sym", True)
+    desc_act = cfg.get("desc_act", None)
+    for key, value in (("sym", sym), ("desc_act", desc_act)):
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
+
+    tensors, where = _read_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",))
+    layers = {}
+    for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
+        home = where[f"{name}.qweight"]
+        names = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})" for r in _GPTQ_TENSORS}
+        g_idx = tensors.get(f"{name}.g_idx")
+        if g_idx is None and desc_act:
+            raise ValueError(f"{names['g_idx']} is missing, but {config_path} says desc_act=true "
+                             "(act-order needs g_idx).")
+        qw = _from_gptq(tensors[f"{name}.qweight"], tensors[f"{name}.qzeros"],
+                        tensors[f"{name}.scales"], g_idx, bits, sym, group_size, fmt, names)
+        if qw.g_idx is not None and desc_act is False:
+            raise ValueError(f"{names['g_idx']} is not the default k // group_size, but "
+                             f"{config_path} says desc_act=false. The checkpoint is inconsistent.")
+        layers[name] = qw
+    return layers
+
+
+def save_awq_checkpoint(path_dir, layers: dict) -> None:
+    """Write ``layers`` (name -> 4-bit QuantizedWeight without act-order) as an AWQ "gemm" folder.
+
+    Files: ``model.safetensors`` with ``<name>.qweight``, ``<name>.qzeros``, ``<name>.scales``,
+    and ``quantize_config.json`` (quant_method "awq", zero_point true, version "gemm").
+    """
+    bits, _, group_size = _common_config(layers, "save_awq_checkpoint", need_same_sym=False)
+    tensors = {}
+    for name, qw in layers.items():
+        for role, array in _for_layer(name, to_awq, qw).items():
+            tensors[f"{name}.{role}"] = array
+    config = {"quant_method": "awq", "bits": int(bits), "group_size": int(group_size),
+              "zero_point": True, "version": "gemm"}
+    _write_checkpoint(path_dir, tensors, config)
+
+
+def load_awq_checkpoint(path_dir) -> dict:
+    """Read an AWQ "gemm" checkpoint folder into ``{layer name: QuantizedWeight}``.
+
+    Config from ``quantize_config.json``, ``quant_config.json`` (AutoAWQ) or ``config.json``'s
+    ``quantization_config``; ``bits``/``w_bit`` must be 4, ``zero_point`` true, ``version``
+    "gemm" (the GEMV layout is not supported).
+    """
+    config_path, cfg = _read_config(path_dir, extra=("quant_config.json",))
+    method = str(cfg.get("quant_method", "awq")).lower()
+    if method != "awq":
+        raise ValueError(f"{config_path} has quant_method={method!r}; load_awq_checkpoint reads "
+                         "'awq' checkpoints (use load_gptq_checkpoint for 'gptq').")
+    version = str(cfg.get("version", "gemm")).lower()
+    if version != "gemm":
+        raise ValueError(f"{config_path} has version={cfg.get('version')!r}; only the 'gemm' AWQ "
+                         "layout is supported.")
+    if cfg.get("zero_point", True) is not True:
+        raise ValueError(f"{config_path} has zero_point={cfg.get('zero_point')!r}; only AWQ with "
+                         "zero points (zero_point: true) is supported.")
+    bits, group_size = _config_bits_group(cfg, config_path, default_bits=4)
+    if bits != 4:
+        raise ValueError(f"{config_path} has bits={bits!r}; AWQ checkpoints are 4-bit.")
+
+    tensors, where = _read_tensors(path_dir, _AWQ_TENSORS)
+    layers = {}
+    for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
+        names = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
+        layers[name] = _from_awq(tensors[f"{name}.qweight"], tensors[f"{name}.qzeros"],
+                                 tensors[f"{name}.scales"], group_size, names)
+    return layers
+
+
+def _for_layer(name, export, *args):
+    """``export(*args)``, with the layer's name added to any ValueError."""
+    try:
+        return export(*args)
+    except ValueError as e:
+        raise ValueError(f"layer {name!r}: {e}") from e
+
+
+def _common_config(layers, caller: str, need_same_sym: bool = True):
+    """(bits, sym, group_size) shared by every layer; ValueError naming the first that differs."""
+    if not isinstance(layers, dict) or not layers:
+        raise ValueError(f"{caller} needs a non-empty dict of layer name -> QuantizedWeight.")
+    first_name, first = None, None
+    for name, qw in layers.items():
+        if not isinstance(name, str) or not name or name.endswith("."):
+            raise ValueError(f"{caller}: layer names must be non-empty strings; got {name!r}.")
+        if not isinstance(qw, QuantizedWeight):
+            raise ValueError(f"{caller}: layer {name!r} is a {type(qw).__name__}, not a "
+                             "QuantizedWeight.")
+        if first is None:
+            first_name, first = name, qw
+            continue
+        for attr in ("bits", "group_size") + (("sym",) if need_same_sym else ()):
+            if getattr(qw, attr) != getattr(first, attr):
+                raise ValueError(f"{caller}: layer {name!r} has {attr}={getattr(qw, attr)} but "
+                                 f"layer {first_name!r} has {attr}={getattr(first, attr)}; "
+                                 "quantize_config.json holds one value for all layers. Save "
+                                 "them to separate folders.")
+    return first.bits, first.sym, first.group_size
+
+
+def _write_checkpoint(path_dir, tensors: dict, config: dict) -> None:
+    from safetensors.numpy import save_file
+    folder = Path(path_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp_model = folder / (CHECKPOINT_FILE + ".tmp")
+    tmp_config = folder / (CONFIG_FILE + ".tmp")
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp_model),
+              metadata={"format": "pt"})
+    tmp_config.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp_model, folder / CHECKPOINT_FILE)
+    os.replace(tmp_config, folder / CONFIG_FILE)
+
+
+def _read_config(path_dir, extra=()):
+    """(path, dict) of the quantization config in ``path_dir``."""
+    folder = Path(path_dir)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a directory; pass the checkpoint folder.")
+    for filename in (CONFIG_FILE, *extra):
+        path = folder / filename
+        if path.is_file():
+            cfg = _read_json(path)
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{path} must hold a JSON object; got {type(cfg).__name__}.")
+            return path, cfg
+    path = folder / "config.json"
+    if path.is_file():
+        cfg = _read_json(path)
+        if isinstance(cfg, dict) and isinstance(cfg.get("quantization_config"), dict):
+            return path, cfg["quantization_config"]
+    raise ValueError(f"no quantization config in {folder}: expected {CONFIG_FILE}"
+                     f"{''.join(', ' + e for e in extra)} or config.json with "
+                     "'quantization_config'.")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not readable JSON ({e}).") from e
+
+
+def _config_bits_group(cfg: dict, path, default_bits=None):
+    """``bits`` and ``group_size`` from a config, accepting the synonyms w_bit / q_group_size."""
+    def pick(key, synonym, default):
+        if key in cfg and synonym in cfg and cfg[key] != cfg[synonym]:
+            raise ValueError(f"{path} has {key}={cfg[key]!r} but {synonym}={cfg[synonym]!r}.")
+        value = cfg.get(key, cfg.get(synonym, default))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{path}: {key} must be an integer; got {value!r}.")
+        return value
+    bits = pick("bits", "w_bit", default_bits)
+    if bits is None:
+        raise ValueError(f"{path} does not say how many bits the weights have ('bits' or "
+                         "'w_bit').")
+    return bits, pick("group_size", "q_group_size", None)
+
+
+def _check_bits_in_config(bits, path) -> None:
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(f"{path} has bits={bits}; this project reads GPTQ checkpoints with bits "
+                         f"in {SUPPORTED_BITS} (2- and 3-bit are not supported).")
+
+
+def _tensor_files(folder: Path) -> list:
+    """The safetensors files of a checkpoint: ``model.safetensors``, or the shards of its index."""
+    single = folder / CHECKPOINT_FILE
+    if single.is_file():
+        return [single]
+    index = folder / CHECKPOINT_INDEX
+    if index.is_file():
+        weight_map = _read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str)
+                                                       for v in weight_map.values()):
+            raise ValueError(f"{index} has no valid 'weight_map' (tensor name -> file name).")
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise ValueError(f"{index} lists shard(s) that do not exist: {missing}.")
+        return files
+    raise ValueError(f"no {CHECKPOINT_FILE} (or {CHECKPOINT_INDEX}) in {folder}.")
+
+
+def _read_tensors(path_dir, roles, optional=()):
+    """Load every ``<layer>.<role>`` tensor; return (``{key: array}``, ``{key: file}``).
+
+    A layer is a prefix with a ``.qweight``; its non-optional roles must exist. Any other role
+    tensor without a ``.qweight`` beside it (bar ``.scales``, a common name outside quantized
+    layers) means the checkpoint is truncated or inconsistent.
+    """
+    from safetensors import SafetensorError, safe_open
+    folder = Path(path_dir)
+    where = {}
+    tensors = {}
+    for file in _tensor_files(folder):
+        try:
+            with safe_open(str(file), framework="np") as handle:
+                keys = [key for key in handle.keys() if key.rsplit(".", 1)[-1] in roles]
+                for key in keys:
+                    if key in where:
+                        raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
+                    dtype = handle.get_slice(key).get_dtype()
+                    if dtype not in ("I32", "U32", "I64", "F16", "F32", "F64"):
+                        raise ValueError(f"tensor {key} in {file} has dtype {dtype}, which this "
+                                         "loader does not read (scales must be F16; packed "
+                                         "tensors I32).")
+                    where[key] = file
+                    tensors[key] = handle.get_tensor(key)
+        except (SafetensorError, OSError, TypeError) as e:
+            raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
+                             "truncated or corrupt.") from e
+
+    layers = {key[:-len(".qweight")] for key in tensors if key.endswith(".qweight")}
+    if not layers:
+        raise ValueError(f"no '<layer>.qweight' tensors in the safetensors files of {folder}.")
+    for key in tensors:
+        prefix, role = key.rsplit(".", 1)
+        if prefix not in layers and role != "scales":
+            raise ValueError(f"tensor {key} in {where[key]} has no {prefix}.qweight beside it; "
+                             "the checkpoint is truncated or inconsistent.")
+    for layer in sorted(layers):
+        for role in roles:
+            key = f"{layer}.{role}"
+            if role not in optional and key not in tensors:
+                raise ValueError(f"tensor {key} is missing (layer {layer} has "
+                                 f"{layer}.qweight in {where[layer + '.qweight']}); the checkpoint "
+                                 "is truncated or inconsistent.")
+    tensors = {k: v for k, v in tensors.items() if k.rsplit(".", 1)[0] in layers}
+    return tensors, {k: where[k] for k in tensors}

@@ -1,0 +1,183 @@
+"""Source -> compiled module. The one place that talks to NVRTC.
+
+Kernel sources live in ``cuda/`` as ``.cu`` files that include ``.cuh`` headers with quoted
+``#include "..."``. CuPy's kernel cache hashes only the source string it is given, not headers
+found through ``-I`` (see shared/research/user_reports.md s.4.1), and it compiles from a
+temporary directory. We therefore inline every quoted include ourselves: the string handed to
+NVRTC is self-contained, so editing any ``.cu`` or ``.cuh`` changes the cache key and
+recompiles, and nothing else does.
+
+Two paths:
+- ``load_module`` (needs a GPU): ``cupy.RawModule`` compiled for the current device, kept
+  alive per (source hash, options, device) so each module is loaded once per process.
+- ``compile_offline`` (no GPU): NVRTC straight to a cubin for a named architecture, with the
+  ptxas resource report parsed (registers, spills, stack), for CI's compile check.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+
+# Options shared by every kernel build. Line info costs nothing at run time and lets
+# compute-sanitizer name source lines. CuPy adds -arch itself; adding one here would fail.
+BASE_OPTIONS = ("-std=c++17", "--generate-line-info")
+
+
+def cuda_dir() -> Path:
+    """Folder holding the kernel sources: ``cuda/`` in a source tree, package data when installed."""
+    tree = Path(__file__).resolve().parent.parent / "cuda"
+    if tree.is_dir():
+        return tree
+    from importlib import resources
+    return Path(str(resources.files("marlin_cupy._cuda")))
+
+
+def expand_source(filename: str, _seen=None) -> str:
+    """The text of ``cuda/filename`` with every quoted include inlined (each header once)."""
+    seen = set() if _seen is None else _seen
+    path = cuda_dir() / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source {filename!r} not found in {cuda_dir()}")
+    text = path.read_text()
+
+    def inline(match):
+        name = match.group(1)
+        if name in seen:
+            return f"// {name} already included"
+        seen.add(name)
+        return (f'#line 1 "{name}"\n{expand_source(name, seen)}\n'
+                f'#line {text.count(chr(10), 0, match.start()) + 2} "{filename}"')
+
+    return _INCLUDE.sub(inline, text)
+
+
+def source_hash(source: str, options=()) -> str:
+    return hashlib.sha256((source + "\0" + "\0".join(options)).encode()).hexdigest()[:16]
+
+
+_modules: dict = {}
+
+
+def load_module(source: str, options=()):
+    """A ``cupy.RawModule`` for ``source`` on the current device, compiled once per process.
+
+    CuPy's own on-disk cache (``~/.cupy/kernel_cache``, or ``CUPY_CACHE_DIR``) makes the
+    compile a file read in later processes.
+    """
+    import cupy as cp
+    opts = BASE_OPTIONS + tuple(options)
+    key = (source_hash(source, opts), cp.cuda.Device().id)
+    mod = _modules.get(key)
+    if mod is None:
+        mod = cp.RawModule(code=source, options=opts)
+        _modules[key] = mod
+    return mod
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What ptxas said about one kernel (``--ptxas-options=-v``)."""
+    kernel: str
+    arch: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    shared_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+
+_PTXAS_FUNC = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_log(log: str) -> list:
+    """Split a ptxas ``-v`` log into one ``CompileReport`` per entry function."""
+    reports = []
+    blocks = _PTXAS_FUNC.split(log)
+    # split() yields [preamble, name, arch, body, name, arch, body, ...]
+    for i in range(1, len(blocks) - 2, 3):
+        name, arch, body = blocks[i], blocks[i + 1], blocks[i + 2]
+        stack = _PTXAS_STACK.search(body)
+        regs = _PTXAS_REGS.search(body)
+        smem = _PTXAS_SMEM.search(body)
+        reports.append(CompileReport(
+            kernel=name, arch=arch,
+            registers=int(regs.group(1)) if regs else -1,
+            stack_bytes=int(stack.group(1)) if stack else 0,
+            spill_store_bytes=int(stack.group(2)) if stack else 0,
+            spill_load_bytes=int(stack.group(3)) if stack else 0,
+            shared_bytes=int(smem.group(1)) if smem else 0))
+    return reports
+
+
+def cuda_include_dir() -> str:
+    """The CUDA toolkit headers (cuda_fp16.h) that NVRTC needs, as CuPy itself finds them."""
+    try:
+        import cuda.pathfinder as pf
+        found = pf.find_nvidia_header_directory("cudart")
+        if found:
+            return str(found)
+    except Exception:  # older CuPy without cuda.pathfinder: fall back to CUDA_PATH
+        pass
+    import cupy._environment as env
+    path = env.get_cuda_path()
+    if path:
+        return str(Path(path) / "include")
+    raise RuntimeError("CUDA headers not found: install cupy-cuda12x[ctk] (or cupy-cuda13x[ctk]) "
+                       "or set CUDA_PATH.")
+
+
+def compile_offline(source: str, arch: str, options=(), name: str = "kernel.cu"):
+    """Compile ``source`` to a cubin for ``arch`` (e.g. ``"sm_90"``) with NVRTC, no GPU needed.
+
+    Returns ``(cubin_bytes, [CompileReport, ...])``. Raises ``RuntimeError`` with NVRTC's log
+    on a compile error.
+    """
+    from cupy.cuda import nvrtc
+    opts = list(BASE_OPTIONS) + list(options) + [
+        f"-arch={arch}", "--ptxas-options=-v", f"-I{cuda_include_dir()}",
+        "--device-as-default-execution-space"]
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC failed for {arch}:\n{nvrtc.getProgramLog(prog)}") from e
+        log = nvrtc.getProgramLog(prog)
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    return cubin, parse_ptxas_log(log)
+
+
+def _compile_one(source: str) -> str:
+    import cupy as cp
+    cp.RawModule(code=source, options=BASE_OPTIONS).compile()
+    return source_hash(source)
+
+
+def warm_cache(sources, workers: int = 8) -> int:
+    """Compile ``sources`` in parallel worker processes into CuPy's on-disk cache.
+
+    NVRTC is single-threaded and a Marlin instance takes about a second, so a test session
+    that touches every instantiated configuration compiles them all up front, in parallel;
+    later ``load_module`` calls then only read the cache. Returns how many were compiled.
+    """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    sources = list(dict.fromkeys(sources))
+    if not sources:
+        return 0
+    ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+        return len(list(pool.map(_compile_one, sources)))

@@ -1,0 +1,55 @@
+"""Kernel source for one configuration: the templated body plus a plain extern "C" entry."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from . import jit
+from .config import KernelConfig
+
+KERNEL_FILE = "marlin.cu"
+
+
+def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
+    return f"marlin_{cfg.name}_{'zp' if has_zp else 'sym'}"
+
+
+def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
+    targs = (f"{cfg.threads}, {cfg.thread_m_blocks}, {cfg.thread_n_blocks}, "
+             f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
+             f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}")
+    return (
+        f'extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)\n'
+        f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"
+        f"    int4* C, float4* scratch, int* locks, int prob_m, int prob_n, int prob_k,\n"
+        f"    int parallel) {{\n"
+        f"  mc::marlin_kernel<{targs}>(A, B, S, Z, C, scratch, locks, prob_m, prob_n, prob_k,\n"
+        f"                             parallel);\n"
+        f"}}\n")
+
+
+@lru_cache(maxsize=None)
+def _base_source() -> str:
+    return jit.expand_source(KERNEL_FILE)
+
+
+def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -> str:
+    """Self-contained source (headers inlined) defining ``marlin_entry(cfg, has_zp)``.
+
+    ``check=False`` skips ``cfg.validate()``; tests use it to confirm that the kernel's own
+    static_asserts reject the same configurations.
+    """
+    if check:
+        cfg.validate()
+    return _base_source() + "\n" + _wrapper(cfg, has_zp)
+
+
+def reload_sources():
+    """Forget cached source text (after editing cuda/ in a running notebook)."""
+    _base_source.cache_clear()
+
+
+def warm_instantiated(workers: int = 8, configs=None) -> int:
+    """Fill CuPy's kernel cache with every instantiated configuration (sym and zero-point)."""
+    from .config import INSTANTIATED
+    cfgs = INSTANTIATED if configs is None else configs
+    return jit.warm_cache([marlin_source(c, zp) for c in cfgs for zp in (False, True)], workers)

@@ -1,0 +1,60 @@
+"""``MarlinLinear``: a quantized linear layer ``y = x @ W (+ bias)`` on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import KernelConfig
+from .weights import MarlinWeight, QuantizedWeight
+
+
+class MarlinLinear:
+    """Holds a device-resident ``MarlinWeight`` and an optional fp16 bias.
+
+    ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (symmetric
+    4-bit, round-to-nearest) and packs; ``MarlinLinear(qw_or_mw, bias)`` wraps existing weights.
+    """
+
+    def __init__(self, weight, bias=None, config: KernelConfig | None = None):
+        from . import layout
+        if isinstance(weight, QuantizedWeight):
+            weight = layout.pack(weight)
+        if not isinstance(weight, MarlinWeight):
+            raise ValueError(f"weight must be a QuantizedWeight or MarlinWeight; got "
+                             f"{type(weight).__name__}.")
+        self.weight = weight if weight.on_device else weight.to_device()
+        self.config = config
+        self.bias = None
+        if bias is not None:
+            import cupy as cp
+            b = cp.asarray(bias)
+            if b.shape != (weight.n,):
+                raise ValueError(f"bias must have shape [N] = [{weight.n}]; got {tuple(b.shape)}.")
+            if b.dtype != cp.float16:
+                raise ValueError(f"bias must be float16; got {b.dtype}. Cast it explicitly "
+                                 f"(bias.astype(numpy.float16)) if that is what you want.")
+            self.bias = cp.ascontiguousarray(b)
+
+    @classmethod
+    def from_float(cls, w: np.ndarray, bias=None, group_size: int = 128, sym: bool = True,
+                   config: KernelConfig | None = None) -> "MarlinLinear":
+        from .quantize import quantize
+        return cls(quantize(w, bits=4, group_size=group_size, sym=sym), bias, config)
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.k
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.n
+
+    def __call__(self, x, out=None, stream=None):
+        from .ops import matmul
+        y = matmul(x, self.weight, out=out, config=self.config, stream=stream)
+        if self.bias is not None:
+            if type(y).__module__.startswith("torch"):
+                import torch
+                y += torch.from_dlpack(self.bias)
+            else:
+                y += self.bias
+        return y

@@ -1,0 +1,257 @@
+"""``matmul``: check -> allocate -> launch, nothing else.
+
+CuPy checks nothing about raw-kernel arguments (dtype, strides, device, alignment), so every
+property the kernel relies on is checked here, before launch, with a message that names the
+values and says what to do.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from . import jit, kernels
+from .config import KernelConfig, choose_config, group_blocks_for
+from .weights import MarlinWeight
+
+
+def _cupy():
+    try:
+        import cupy as cp
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise RuntimeError("marlin_cupy.matmul needs CuPy: pip install 'marlin-cupy[cuda12]' "
+                           "(or [cuda13]).") from e
+    return cp
+
+
+# ---------------------------------------------------------------------------------------------
+# Device facts and per-(device, stream) workspaces
+# ---------------------------------------------------------------------------------------------
+_lock = threading.Lock()
+_device_props: dict = {}
+_workspaces: dict = {}
+_kernels: dict = {}
+
+
+def device_facts(device_id: int | None = None) -> dict:
+    cp = _cupy()
+    dev = cp.cuda.Device(device_id) if device_id is not None else cp.cuda.Device()
+    facts = _device_props.get(dev.id)
+    if facts is None:
+        attrs = dev.attributes
+        props = cp.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        facts = {
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "sms": attrs["MultiProcessorCount"],
+            "smem_optin": attrs["MaxSharedMemoryPerBlockOptin"],
+            "cc": dev.compute_capability,
+        }
+        _device_props[dev.id] = facts
+    return facts
+
+
+class Workspace:
+    """Locks (int32, zero between calls) and FP32 partial-sum scratch for one device and stream.
+
+    Streams must not share locks: two launches spinning on the same counters can deadlock.
+    """
+
+    def __init__(self):
+        self.locks = None
+        self.scratch = None
+
+    def get(self, n_locks: int, n_scratch: int):
+        cp = _cupy()
+        if self.locks is None or self.locks.size < n_locks:
+            self.locks = cp.zeros(max(n_locks, 1), dtype=cp.int32)
+        if self.scratch is None or self.scratch.size < n_scratch:
+            self.scratch = cp.empty(max(n_scratch, 4), dtype=cp.float32)
+        return self.locks, self.scratch
+
+
+def workspace(stream=None) -> Workspace:
+    cp = _cupy()
+    stream = stream if stream is not None else cp.cuda.get_current_stream()
+    key = (cp.cuda.Device().id, stream.ptr)
+    with _lock:
+        ws = _workspaces.get(key)
+        if ws is None:
+            ws = _workspaces[key] = Workspace()
+    return ws
+
+
+def _kernel(cfg: KernelConfig, has_zp: bool):
+    cp = _cupy()
+    key = (cp.cuda.Device().id, cfg, has_zp)
+    ker = _kernels.get(key)
+    if ker is None:
+        module = jit.load_module(kernels.marlin_source(cfg, has_zp))
+        ker = module.get_function(kernels.marlin_entry(cfg, has_zp))
+        ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
+        _kernels[key] = ker
+    return ker
+
+
+def kernel_resources(cfg: KernelConfig, has_zp: bool = False) -> dict:
+    """Registers, spills and shared memory of the compiled instance on the current device."""
+    ker = _kernel(cfg, has_zp)
+    local = int(ker.local_size_bytes)
+    return {"registers": int(ker.num_regs), "spill_bytes": local, "stack_bytes": local,
+            "shared_bytes": cfg.smem_bytes(has_zp)}
+
+
+def reload_kernels():
+    """Drop compiled kernels so edited sources in cuda/ are picked up (notebooks, autotuning)."""
+    _kernels.clear()
+    _plan.cache_clear()
+    jit._modules.clear()
+    kernels.reload_sources()
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+def _as_cupy(x, name: str):
+    """A CuPy view of ``x`` (CuPy, DLPack or CUDA array interface; zero-copy), or ValueError."""
+    cp = _cupy()
+    if isinstance(x, cp.ndarray):
+        return x
+    if isinstance(x, np.ndarray):
+        raise ValueError(f"{name} is a NumPy array on the host; move it to the GPU first "
+                         f"(cupy.asarray({name})).")
+    if hasattr(x, "__dlpack__"):
+        return cp.from_dlpack(x)
+    if hasattr(x, "__cuda_array_interface__"):
+        return cp.asarray(x)
+    raise ValueError(f"{name} must be a CuPy array or a GPU tensor with __dlpack__ or "
+                     f"__cuda_array_interface__; got {type(x).__name__}.")
+
+
+def _check_gpu_array(a, name: str, dtype, shape):
+    cp = _cupy()
+    if a.dtype != dtype:
+        raise ValueError(f"{name} must have dtype {np.dtype(dtype).name}; got {a.dtype}. "
+                         f"Nothing is cast implicitly.")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(a.shape)}.")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (row-major, no strides); got strides "
+                         f"{a.strides}. Use cupy.ascontiguousarray({name}).")
+    if a.data.ptr % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (the kernel reads 16-byte "
+                         f"vectors); its address is {a.data.ptr:#x}. Copy it into a fresh array.")
+    if a.device.id != cp.cuda.Device().id:
+        raise ValueError(f"{name} lives on GPU {a.device.id} but the current device is "
+                         f"{cp.cuda.Device().id}; call inside `with cupy.cuda.Device(...)`.")
+
+
+def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, has_zp: bool,
+                  smem_limit: int):
+    """Everything the chosen kernel instance needs of the problem, checked before launch."""
+    cfg.validate(smem_limit, has_zp)
+    errs = []
+    if n % cfg.tile_n:
+        errs.append(f"N={n} is not a multiple of the config's tile width {cfg.tile_n}")
+    if k % cfg.tile_k:
+        errs.append(f"K={k} is not a multiple of the config's tile depth {cfg.tile_k}")
+    want = group_blocks_for(group_size, k)
+    if cfg.group_blocks != want:
+        errs.append(f"config group_blocks={cfg.group_blocks} does not match the weight's "
+                    f"group_size={group_size} (needs group_blocks={want})")
+    if errs:
+        raise ValueError(f"config {cfg.name} cannot run M={m}, N={n}, K={k}: " + "; ".join(errs)
+                         + ". Pass config=None for the default choice.")
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul
+# ---------------------------------------------------------------------------------------------
+class Plan(NamedTuple):
+    """Everything about a launch that depends only on the problem's shape: decided once."""
+    config: KernelConfig
+    kernel: object
+    grid: int
+    threads: int
+    parallel: int
+    smem: int
+    scratch_floats: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
+          config: KernelConfig | None, max_ctas: int | None) -> Plan:
+    facts = device_facts(device_id)
+    cfg = config if config is not None else choose_config(
+        m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"])
+    check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"])
+    if max_ctas is not None and max_ctas < 1:
+        raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
+    parallel = -(-m // cfg.tile_m)
+    units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
+    # Every CTA must be resident at once (CTAs wait on each other's partial sums), so the grid
+    # never exceeds one CTA per SM.
+    grid = min(units, facts["sms"] if max_ctas is None else min(max_ctas, facts["sms"]))
+    return Plan(cfg, _kernel(cfg, has_zp), grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
+                grid * cfg.tile_m * cfg.tile_n)
+def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
+           max_ctas: int | None = None):
+    """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
+
+    ``x`` may be a CuPy array or any GPU tensor exposing ``__dlpack__`` (torch, zero-copy); a
+    torch input gives a torch output and runs on torch's current stream unless ``stream`` is
+    given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if given. Any M >= 0
+    runs in one launch (M > 64 as 64-row slabs inside the kernel). ``max_ctas`` caps the
+    persistent grid (default: one CTA per SM); tests use it to move stripe boundaries.
+    """
+    cp = _cupy()
+    is_torch = type(x).__module__.startswith("torch")
+    if stream is None and is_torch:
+        import torch
+        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    x_cp = _as_cupy(x, "x")
+    if not isinstance(mw, MarlinWeight):
+        raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
+    if not mw.on_device:
+        raise ValueError("the MarlinWeight is on the host; call mw = mw.to_device() once and "
+                         "reuse it (copying weights on every call would dominate the run time).")
+    if mw.bits != 4:
+        raise ValueError(f"the fused kernel supports 4-bit weights; this weight has bits="
+                         f"{mw.bits}. 8-bit weights can be packed and unpacked but not run yet.")
+    k, n = mw.k, mw.n
+    if x_cp.ndim < 1 or x_cp.shape[-1] != k:
+        raise ValueError(f"x must have shape [..., K] with K={k} (the weight's in_features); got "
+                         f"{tuple(x_cp.shape)}.")
+    lead = tuple(x_cp.shape[:-1])
+    m = int(np.prod(lead)) if lead else 1
+    _check_gpu_array(x_cp, "x", np.float16, lead + (k,))
+    x2 = x_cp.reshape(m, k)
+    if out is None:
+        out_cp = cp.empty(lead + (n,), dtype=cp.float16)
+    else:
+        out_cp = _as_cupy(out, "out")
+        _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
+    if m == 0:
+        return _like_input(out if out is not None else out_cp, is_torch)
+
+    has_zp = mw.zeros is not None
+    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas)
+    with (stream if stream is not None else cp.cuda.get_current_stream()):
+        if mw.perm is not None:
+            x2 = cp.take(x2, mw.perm, axis=1)          # act-order: columns in group order
+        locks, scratch = workspace(stream).get(plan.grid, plan.scratch_floats)
+        zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
+        plan.kernel((plan.grid,), (plan.threads,),
+                    (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
+                     np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel)),
+                    shared_mem=plan.smem)
+    return _like_input(out if out is not None else out_cp, is_torch)
+
+
+def _like_input(result, is_torch):
+    if is_torch and type(result).__module__.startswith("cupy"):
+        import torch
+        return torch.from_dlpack(result)
+    return result

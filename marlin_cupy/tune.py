@@ -1,0 +1,192 @@
+"""Autotuner: measure candidate kernel configs per (device, N, K, M bucket) and keep the winners.
+
+The default dispatch (``config.choose_config``) looks a problem up in the tuned table of the
+current device before falling back to its heuristic. Tables live in two places:
+
+* shipped with the package, ``marlin_cupy/tuned/<device>.json`` (written by this module from a
+  real run; the H200 table is in the repository), and
+* the user's cache, ``$MARLIN_CUPY_CACHE`` or ``~/.cache/marlin_cupy/tuned/<device>.json``,
+  which ``python -m marlin_cupy.tune --cache`` fills on the user's own GPU and which wins.
+
+Entries are keyed by device name and N, K, group size and M bucket; each table also records the
+CuPy and CUDA versions it was measured with (a different NVRTC can change the code).
+
+Timing follows the benchmark harness (``bench.harness.Timer``): CUDA events with the host kept
+ahead by a spin kernel, weights rotated past the L2, median of the samples.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from .config import (KernelConfig, MAX_M_BLOCKS, group_blocks_for, m_bucket, M_BUCKETS)
+
+#: Tile shapes (threads, n_blocks, k_blocks) the tuner tries, and the pipeline depths.
+TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 16),
+               (256, 8, 16), (256, 32, 8), (128, 4, 8))
+TUNE_STAGES = (3, 4, 6, 8)
+#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
+BUCKET_M = {16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
+
+
+def device_slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def shipped_path(device_name: str) -> Path:
+    return Path(__file__).resolve().parent / "tuned" / f"{device_slug(device_name)}.json"
+
+
+def cache_path(device_name: str) -> Path:
+    root = os.environ.get("MARLIN_CUPY_CACHE") or Path.home() / ".cache" / "marlin_cupy"
+    return Path(root) / "tuned" / f"{device_slug(device_name)}.json"
+
+
+def _key(n: int, k: int, group_size: int, bucket: int) -> str:
+    return f"{n}x{k}_g{group_size}_m{bucket}"
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(device_name: str) -> dict:
+    """Tuned entries for a device: ``{key: config name}``, the user's cache over the shipped one."""
+    table = {}
+    for path in (shipped_path(device_name), cache_path(device_name)):
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+                for e in data.get("entries", []):
+                    table[_key(e["n"], e["k"], e["group_size"], e["m_bucket"])] = e["config"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"tuned table {path} is not valid ({err}); delete it or re-run "
+                                 f"python -m marlin_cupy.tune.") from None
+    return table
+
+
+def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
+    """The tuned config for a problem, or None. Other group sizes reuse the g128 tile choice."""
+    table = load_table(device_name)
+    bucket = m_bucket(m)
+    for g in (group_size, 128):
+        name = table.get(_key(n, k, g, bucket))
+        if name is not None:
+            cfg = KernelConfig.from_name(name)
+            return cfg.with_(group_blocks=group_blocks_for(group_size, k))
+    return None
+
+
+def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
+    mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
+    g = group_blocks_for(group_size, k)
+    out = []
+    for threads, nb, kb in TUNE_SHAPES:
+        for st in TUNE_STAGES:
+            cfg = KernelConfig(threads, mb, nb, kb, st, g, True)
+            if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+                continue
+            if cfg.smem_bytes(False) > smem_limit:
+                continue
+            out.append(cfg)
+    return out
+
+
+def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True) -> dict:
+    """Measure every candidate for every (shape, bucket); returns the table as a dict."""
+    import cupy as cp
+    import numpy as np
+
+    from . import jit, kernels, ops
+    from .bench.harness import Timer, bench_stream, rotation_copies
+    from .layout import pack
+    from .records import environment
+    from .weights import QuantizedWeight
+
+    facts = ops.device_facts()
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    l2 = int(dev.get("l2CacheSize", 50 << 20))
+    rng = np.random.default_rng(0)
+    jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
+    all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
+                                                           facts["smem_optin"])}
+    jit.warm_cache([kernels.marlin_source(c) for c in all_cfgs], workers=os.cpu_count() or 4)
+    entries, rows = [], []
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=len(jobs), disable=not progress, desc="tuning")
+    except ImportError:  # pragma: no cover
+        bar = None
+    with bench_stream() as stream:
+        timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
+        for (k, n) in shapes:
+            g = 1 if group_size == -1 else k // group_size
+            qw = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
+                                 rng.uniform(1e-3, 1e-2, (g, n)).astype(np.float16), None, None,
+                                 4, group_size)
+            host = pack(qw)
+            copies = rotation_copies(k * n // 2, l2, 8 << 30)
+            mws = [host.to_device() for _ in range(copies)]
+            for b in buckets:
+                m = BUCKET_M[b]
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                best = None
+                for cfg in candidates(m, n, k, group_size, facts["smem_optin"]):
+                    meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
+                    us = meas.stats.median_us
+                    rows.append({"n": n, "k": k, "m": m, "config": cfg.name, "median_us": us})
+                    if best is None or us < best[1]:
+                        best = (cfg, us)
+                entries.append({"n": n, "k": k, "group_size": group_size, "m_bucket": b,
+                                "m": m, "config": best[0].name, "median_us": best[1]})
+                if bar is not None:
+                    bar.update(1)
+            del mws
+            cp.get_default_memory_pool().free_all_blocks()
+    if bar is not None:
+        bar.close()
+    env = environment()
+    return {"kind": "tuned_table", "device_name": name, "date": env.get("date"),
+            "git_commit": env.get("git_commit"), "versions": env.get("versions"),
+            "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
+            "entries": entries, "measurements": rows}
+
+
+def main(argv=None) -> int:
+    from .bench.shapes import SHAPE_SETS
+    p = argparse.ArgumentParser(prog="python -m marlin_cupy.tune", description=__doc__.split("\n")[0])
+    p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b",
+                   help="comma-separated shape sets to tune")
+    p.add_argument("--shapes", default="", help='extra "K,N;K,N" layers')
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--out", help="write the table here (default: the user cache)")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    from .records import gpu_unavailable_reason
+    reason = gpu_unavailable_reason()
+    if reason:
+        print(f"marlin_cupy.tune: no GPU ({reason}); nothing was tuned.", file=sys.stderr)
+        return 2
+    shapes = []
+    for s in filter(None, a.sets.split(",")):
+        if s not in SHAPE_SETS:
+            p.error(f"unknown set {s!r}; choose from {', '.join(SHAPE_SETS)}")
+        shapes += [tuple(x) for x in SHAPE_SETS[s]]
+    for item in filter(None, a.shapes.split(";")):
+        k, n = (int(v) for v in item.split(","))
+        shapes.append((k, n))
+    shapes = list(dict.fromkeys(shapes))
+    table = tune(shapes, a.group_size, progress=not a.no_progress)
+    out = Path(a.out) if a.out else cache_path(table["device_name"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1))
+    load_table.cache_clear()
+    print(f"wrote {len(table['entries'])} tuned entries to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Compile every kernel through NVRTC for sm_80 and sm_90 and fail on errors or spills.
+
+No GPU is needed. The targets are
+- every standalone ``.cu`` file in ``cuda/`` (one that defines an ``extern "C" __global__``), and
+- every configuration in ``marlin_cupy.config.INSTANTIATED``, through
+  ``marlin_cupy.kernels.marlin_source(cfg)``, once those modules exist.
+
+Any compile error, any spill store or load, a target that yields no kernel, or a configuration
+whose ``marlin_entry(cfg)`` kernel is missing from the cubin fails the check (exit 1).
+``--out DIR`` writes ``compile_check.json`` and ``compile_check.md`` (registers, spills, stack and
+shared memory per kernel and architecture).
+
+Results are cached on disk by a hash of (source, options, architecture, NVRTC version), so a
+second run over unchanged sources (``scripts/test.sh`` runs this script and then pytest, which
+runs the same check) costs nothing.
+
+    python scripts/check_compile.py [--arch sm_80 --arch sm_90] [--out DIR] [--jobs 2] [--no-cache]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_ARCHS = ("sm_80", "sm_90")
+DEFAULT_CACHE = ROOT / "build" / "compile_cache"
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__')
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+@dataclass
+class Target:
+    """One thing to compile: a standalone file or one instantiated kernel configuration."""
+    label: str                    # "smoke.cu" or "config:<cfg.name>"
+    source: str                   # self-contained source (includes inlined)
+    entry: str | None = None      # kernel that must be in the cubin, when known
+    options: tuple = ()
+
+
+@dataclass
+class Result:
+    label: str
+    arch: str
+    ok: bool
+    kernels: list = field(default_factory=list)   # CompileReport fields as dicts
+    problems: list = field(default_factory=list)  # what failed, one sentence each
+    seconds: float = 0.0
+    cached: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovering targets
+# ---------------------------------------------------------------------------------------------
+
+def standalone_files(cuda_dir: Path | None = None) -> list:
+    """The ``.cu`` files in ``cuda/`` that define at least one ``extern "C" __global__``."""
+    from marlin_cupy import jit
+    folder = cuda_dir or jit.cuda_dir()
+    return sorted(p.name for p in folder.glob("*.cu")
+                  if _ENTRY.search(_COMMENT.sub("", p.read_text())))
+
+
+def config_targets():
+    """``(targets, note)``: one target per instantiated configuration.
+
+    While ``marlin_cupy.config`` or ``marlin_cupy.kernels`` does not exist yet the list is empty
+    and ``note`` says so; if they exist but fail to import, the error propagates.
+    """
+    try:
+        from marlin_cupy.config import INSTANTIATED
+        from marlin_cupy.kernels import marlin_source
+    except ModuleNotFoundError as e:
+        if e.name in ("marlin_cupy.config", "marlin_cupy.kernels"):
+            return [], f"{e.name} does not exist yet: no kernel configurations checked"
+        raise
+    try:
+        from marlin_cupy.kernels import marlin_entry
+    except ImportError:
+        marlin_entry = None
+    targets = [Target(label=f"config:{cfg.name}", source=marlin_source(cfg),
+                      entry=marlin_entry(cfg) if marlin_entry else None)
+               for cfg in INSTANTIATED]
+    return targets, f"{len(targets)} instantiated configuration(s)"
+
+
+def all_targets():
+    """``(targets, notes)`` for every standalone file and every instantiated configuration."""
+    from marlin_cupy import jit
+    targets = [Target(label=name, source=jit.expand_source(name)) for name in standalone_files()]
+    configs, note = config_targets()
+    return targets + configs, [f"{len(targets)} standalone .cu file(s)", note]
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling and judging
+# ---------------------------------------------------------------------------------------------
+
+def nvrtc_version() -> str:
+    from cupy.cuda import nvrtc
+    return "%d.%d" % nvrtc.getVersion()
+
+
+def judge(target: Target, arch: str, reports) -> list:
+    """What is wrong with a successful compile: spills, no kernel, a missing entry point."""
+    problems = []
+    if not reports:
+        problems.append(f"{target.label} [{arch}]: ptxas reported no kernel; is the entry "
+                        f"declared extern \"C\" __global__?")
+    for r in reports:
+        if r.spill_store_bytes or r.spill_load_bytes:
+            problems.append(
+                f"{target.label} [{arch}] kernel {r.kernel}: spills to local memory "
+                f"({r.spill_store_bytes} bytes stored, {r.spill_load_bytes} bytes loaded, "
+                f"{r.registers} registers); reduce register pressure or change the tile config.")
+    if target.entry and target.entry not in {r.kernel for r in reports}:
+        problems.append(f"{target.label} [{arch}]: entry {target.entry!r} is not in the cubin "
+                        f"(kernels: {[r.kernel for r in reports]})")
+    return problems
+
+
+def cache_key(target: Target, arch: str, nvrtc: str) -> str:
+    from marlin_cupy import jit
+    text = "\0".join([target.source, arch, nvrtc, *jit.BASE_OPTIONS, *target.options])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def compile_one(target: Target, arch: str, cache_dir: str | None = None) -> Result:
+    """Compile one target for one architecture (runs in a worker process)."""
+    from marlin_cupy import jit
+    start = time.perf_counter()
+    cache_file = None
+    if cache_dir:
+        cache_file = Path(cache_dir) / f"{cache_key(target, arch, nvrtc_version())}.json"
+        if cache_file.is_file():
+            kernels = json.loads(cache_file.read_text())
+            reports = [jit.CompileReport(**k) for k in kernels]
+            problems = judge(target, arch, reports)
+            return Result(target.label, arch, not problems, kernels, problems,
+                          time.perf_counter() - start, cached=True)
+    try:
+        _, reports = jit.compile_offline(target.source, arch, target.options,
+                                         name=target.label.replace(":", "_") + ".cu")
+    except RuntimeError as e:
+        return Result(target.label, arch, False, [],
+                      [f"{target.label} [{arch}]: compile error\n{e}"],
+                      time.perf_counter() - start)
+    kernels = [asdict(r) for r in reports]
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(kernels))
+        tmp.replace(cache_file)
+    problems = judge(target, arch, reports)
+    return Result(target.label, arch, not problems, kernels, problems,
+                  time.perf_counter() - start)
+
+
+def _compile_job(args):
+    return compile_one(*args)
+
+
+def run_checks(targets, archs=DEFAULT_ARCHS, jobs: int = 2, cache_dir=DEFAULT_CACHE) -> list:
+    """Compile every (target, arch) pair with a pool of ``jobs`` processes (NVRTC is CPU-bound)."""
+    work = [(t, a, str(cache_dir) if cache_dir else None) for t in targets for a in archs]
+    if jobs <= 1 or len(work) <= 1:
+        return [_compile_job(w) for w in work]
+    # fork keeps start-up cheap and works when this file was imported under any module name.
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        return list(pool.map(_compile_job, work))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+
+def table_rows(results) -> list:
+    rows = []
+    for res in results:
+        if not res.kernels:
+            rows.append({"target": res.label, "arch": res.arch, "kernel": None, "ok": res.ok})
+        for k in res.kernels:
+            rows.append({"target": res.label, "arch": res.arch, "kernel": k["kernel"],
+                         "registers": k["registers"], "spill_store_bytes": k["spill_store_bytes"],
+                         "spill_load_bytes": k["spill_load_bytes"], "stack_bytes": k["stack_bytes"],
+                         "shared_bytes": k["shared_bytes"], "ok": res.ok})
+    return rows
+
+
+def markdown(rows, notes, problems) -> str:
+    lines = ["# NVRTC compile check", ""] + [f"- {n}" for n in notes] + [
+        "", "| target | arch | kernel | registers | spill st | spill ld | stack | smem | ok |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            r["target"], r["arch"], r["kernel"] or "-", r.get("registers", "-"),
+            r.get("spill_store_bytes", "-"), r.get("spill_load_bytes", "-"),
+            r.get("stack_bytes", "-"), r.get("shared_bytes", "-"), "yes" if r["ok"] else "NO"))
+    if problems:
+        lines += ["", "## Problems", ""] + [f"- {p.splitlines()[0]}" for p in problems]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: Path, results, notes) -> None:
+    from marlin_cupy import records
+    rows = table_rows(results)
+    problems = [p for res in results for p in res.problems]
+    record = {"kind": "compile_check", "date": records.utc_now(),
+              "git_commit": records.git_commit(), "nvrtc": nvrtc_version(),
+              "notes": notes, "ok": not problems, "rows": rows, "problems": problems}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records.write_json(out_dir / "compile_check.json", record)
+    (out_dir / "compile_check.md").write_text(markdown(rows, notes, problems))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arch", action="append", help="architecture(s); default sm_80 and sm_90")
+    ap.add_argument("--out", type=Path, help="folder for compile_check.json and .md")
+    ap.add_argument("--jobs", type=int, default=2, help="compile processes (default 2)")
+    ap.add_argument("--no-cache", action="store_true", help="recompile even if cached")
+    args = ap.parse_args(argv)
+    archs = tuple(args.arch) if args.arch else DEFAULT_ARCHS
+
+    start = time.perf_counter()
+    targets, notes = all_targets()
+    notes.append(f"NVRTC {nvrtc_version()}, architectures {', '.join(archs)}")
+    results = run_checks(targets, archs, args.jobs, None if args.no_cache else DEFAULT_CACHE)
+
+    for res in results:
+        status = "ok  " if res.ok else "FAIL"
+        regs = ", ".join(f"{k['kernel']}: {k['registers']} regs, {k['spill_store_bytes']}/"
+                         f"{k['spill_load_bytes']} B spill st/ld, {k['stack_bytes']} B stack"
+                         for k in res.kernels)
+        print(f"{status} {res.label:<40} {res.arch:<6} {res.seconds:6.2f} s"
+              f"{' (cached)' if res.cached else ''}  {regs}")
+    for note in notes:
+        print(f"note: {note}")
+    if args.out:
+        write_report(args.out, results, notes)
+        print(f"wrote {args.out / 'compile_check.json'} and compile_check.md")
+
+    problems = [p for res in results for p in res.problems]
+    elapsed = time.perf_counter() - start
+    if not targets:
+        print("FAILED: nothing to compile (no standalone .cu in cuda/ and no configurations)")
+        return 1
+    if problems:
+        print(f"\nFAILED: {len(problems)} problem(s) in {len(results)} compile(s):")
+        for p in problems:
+            print(f"- {p}")
+        return 1
+    print(f"compile check passed: {len(results)} compile(s), no spills ({elapsed:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

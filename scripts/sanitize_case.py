@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""A few small kernel launches for compute-sanitizer (memcheck, racecheck) to watch.
+
+    python3 scripts/sanitize_case.py [--configs 4 | --all-configs]
+    compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py
+
+Runs the smoke kernel (cuda/smoke.cu), then ``mc.matmul`` on small problems (odd M, M > 64,
+symmetric and asymmetric groups) with the default dispatch and with a handful of instantiated
+configurations spread over ``marlin_cupy.config.INSTANTIATED`` (every one with
+``--all-configs``), each on weights of the group size it was built for. Each result is compared
+with a float64 reference under the rule of DESIGN.md s.6 and must repeat bit for bit.
+Exit status 1 on any mismatch or error, 0 otherwise. The last line is a summary that
+``scripts/device_check.py`` reads: ``SANITIZE_CASE smoke=ok matmul_cases=N failures=F skipped=S``.
+
+CuPy's memory pool is switched off so that every array is its own allocation: otherwise an
+out-of-bounds access that lands inside the pool's slab is invisible to memcheck.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# (M, K, N): one row, an odd M, and M > 64 (several batch-64 problems in one launch).
+SHAPES = ((1, 512, 512), (17, 1024, 768), (80, 512, 1024))
+
+
+def smoke() -> bool:
+    import cupy as cp
+    from marlin_cupy import jit
+    kernel = jit.load_module(jit.expand_source("smoke.cu")).get_function("smoke_scale")
+    n = 1000                                     # not a multiple of the block: tests the guard
+    x = cp.arange(n, dtype=cp.float16) / 16
+    y = cp.full(n, cp.nan, dtype=cp.float16)
+    kernel(((n + 255) // 256,), (256,), (x, y, np.float32(2.0), np.int32(n)))
+    ok = bool(cp.array_equal(y, x * 2))
+    print(f"smoke_scale n={n}: {'ok' if ok else 'MISMATCH'}")
+    return ok
+
+
+def pick_configs(count: int | None):
+    """``[(name, cfg)]``: the default dispatch (``config=None``), then ``count`` configurations
+    spread over INSTANTIATED (all of them for ``None``)."""
+    picked = [("default", None)]
+    try:
+        from marlin_cupy.config import INSTANTIATED
+    except ImportError:
+        return picked
+    configs = list(INSTANTIATED)
+    if count is not None and len(configs) > count:
+        idx = np.unique(np.linspace(0, len(configs) - 1, count).round().astype(int))
+        configs = [configs[i] for i in idx]
+    return picked + [(cfg.name, cfg) for cfg in configs]
+
+
+def group_size_of(cfg) -> int:
+    """The weight group size a configuration is built for (128 for the default dispatch)."""
+    blocks = getattr(cfg, "group_blocks", 8) if cfg is not None else 8
+    return -1 if blocks == -1 else 16 * blocks
+
+
+def matmul_cases(count: int | None):
+    """Run every (config, shape, sym) case; returns (ran, skipped, failures)."""
+    import cupy as cp
+    import marlin_cupy as mc
+    try:
+        matmul, quantize, pack = mc.matmul, mc.quantize, mc.pack
+    except (AttributeError, ImportError) as e:
+        print(f"mc.matmul/quantize/pack not available ({type(e).__name__}: {e}): "
+              f"only the smoke kernel ran")
+        return 0, 0, 0
+    params = inspect.signature(matmul).parameters
+    takes_config, takes_out = "config" in params, "out" in params
+    configs = pick_configs(count) if takes_config else [("default", None)]
+
+    rng = np.random.default_rng(0)
+    ran = skipped = failures = 0
+    for m, k, n in SHAPES:
+        w = rng.standard_normal((k, n), dtype=np.float32) * 0.02
+        x_host = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
+        x = cp.asarray(x_host)
+        prepared = {}                  # (sym, group_size) -> (device weight, reference, fp16 err)
+        for sym in (True, False):
+            for name, cfg in configs:
+                gs = group_size_of(cfg)
+                label = f"{name} M={m} K={k} N={n} g{gs} {'sym' if sym else 'asym'}"
+                if (sym, gs) not in prepared:
+                    qw = quantize(w, bits=4, group_size=gs, sym=sym)
+                    w_hat = qw.dequantize()                                       # [K, N]
+                    ref = x_host.astype(np.float64) @ w_hat.astype(np.float64)    # [M, N]
+                    y16 = cp.asnumpy(cp.matmul(x, cp.asarray(w_hat.astype(np.float16))))
+                    err16 = np.linalg.norm(y16 - ref) / np.linalg.norm(ref)
+                    prepared[sym, gs] = (pack(qw).to_device(), ref, err16)
+                mw, ref, err_fp16 = prepared[sym, gs]
+                kwargs = {"config": cfg} if cfg is not None else {}
+
+                def run():
+                    if takes_out:
+                        out = cp.full((m, n), cp.nan, dtype=cp.float16)       # poisoned
+                        return matmul(x, mw, out=out, **kwargs)
+                    return matmul(x, mw, **kwargs)
+
+                try:
+                    y1 = cp.asnumpy(run())
+                    y2 = cp.asnumpy(run())
+                except ValueError as e:      # the config does not fit this case: not a bug
+                    print(f"skip {label}: {e}")
+                    skipped += 1
+                    continue
+                ran += 1
+                y = y1.astype(np.float64)
+                err = (np.linalg.norm(y - ref) / np.linalg.norm(ref)
+                       if np.isfinite(y).all() else float("nan"))
+                repeat = np.array_equal(y1.view(np.uint16), y2.view(np.uint16))
+                ok = bool(err <= 2 * err_fp16 + 1e-4) and repeat
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} {label}: rel err {err:.2e} (cuBLAS fp16 "
+                      f"{err_fp16:.2e}), repeat bitwise {'yes' if repeat else 'NO'}")
+    return ran, skipped, failures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", type=int, default=4, help="configurations to run (default 4)")
+    ap.add_argument("--all-configs", action="store_true", help="run every configuration")
+    args = ap.parse_args(argv)
+
+    import cupy as cp
+    cp.cuda.set_allocator(None)         # one cudaMalloc per array, so memcheck sees the bounds
+    smoke_ok = smoke()
+    try:
+        ran, skipped, failures = matmul_cases(None if args.all_configs else args.configs)
+    except Exception as e:               # e.g. an illegal instruction poisons the context
+        print(f"ERROR while running matmul cases: {type(e).__name__}: {e}")
+        ran, skipped, failures = 0, 0, 1
+    cp.cuda.runtime.deviceSynchronize()
+    print(f"SANITIZE_CASE smoke={'ok' if smoke_ok else 'FAIL'} matmul_cases={ran} "
+          f"failures={failures} skipped={skipped}")
+    return 0 if smoke_ok and not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Every kernel compiles through NVRTC for sm_80 and sm_90 with no spill to local memory.
+
+No GPU is needed: this is the check of ``scripts/check_compile.py``, one test per standalone
+``.cu`` file or instantiated configuration and architecture, so CI names the one that broke.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cupy", reason="NVRTC comes with CuPy; install the cuda12 or cuda13 extra")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import check_compile  # noqa: E402  (scripts/ is not a package)
+
+TARGETS, NOTES = check_compile.all_targets()
+ARCHS = check_compile.DEFAULT_ARCHS
+
+
+@pytest.fixture(scope="session")
+def compile_results():
+    """Compile everything once, two processes at a time; tests look their pair up."""
+    results = check_compile.run_checks(TARGETS, ARCHS, jobs=2)
+    return {(r.label, r.arch): r for r in results}
+
+
+def test_there_is_something_to_compile():
+    assert check_compile.standalone_files(), "no standalone .cu file found in cuda/"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("label", [t.label for t in TARGETS])
+def test_compiles_without_spills(compile_results, label, arch):
+    result = compile_results[(label, arch)]
+    assert result.ok, "\n".join(result.problems)
+    assert result.kernels, f"{label} [{arch}] produced no kernel"
+
+
+# --- the check itself catches what it must -------------------------------------------------
+
+SPILLING = r'''
+extern "C" __global__ void spills(float* x, int n) {
+  float a[64];
+#pragma unroll
+  for (int i = 0; i < 64; i++) a[i] = x[i * n + threadIdx.x];
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 64; j++)
+#pragma unroll
+    for (int i = 0; i < 64; i++) s += a[i] * a[(i + j) & 63];
+  x[threadIdx.x] = s;
+}
+'''
+
+
+def test_spills_fail_the_check():
+    # Capping registers at 16 forces this kernel's 64 live floats into local memory.
+    target = check_compile.Target("spilling.cu", SPILLING, options=("-maxrregcount=16",))
+    result = check_compile.compile_one(target, "sm_90")
+    assert not result.ok
+    assert any("spills to local memory" in p for p in result.problems), result.problems
+
+
+def test_compile_errors_fail_the_check():
+    target = check_compile.Target("broken.cu", 'extern "C" __global__ void k() { undeclared(); }')
+    result = check_compile.compile_one(target, "sm_80")
+    assert not result.ok
+    assert "compile error" in result.problems[0] and "undeclared" in result.problems[0]
+
+
+def test_missing_entry_fails_the_check():
+    target = check_compile.Target("config:x", 'extern "C" __global__ void other() {}',
+                                  entry="marlin_x")
+    result = check_compile.compile_one(target, "sm_80")
+    assert not result.ok
+    assert "'marlin_x' is not in the cubin" in result.problems[0]
+
+
+def test_main_writes_the_table(tmp_path, monkeypatch):
+    from marlin_cupy import jit
+    smoke = check_compile.Target("smoke.cu", jit.expand_source("smoke.cu"))
+    monkeypatch.setattr(check_compile, "all_targets", lambda: ([smoke], ["only smoke.cu"]))
+    assert check_compile.main(["--out", str(tmp_path), "--jobs", "1"]) == 0
+    text = (tmp_path / "compile_check.md").read_text()
+    assert "| smoke.cu | sm_90 | smoke_scale |" in text
+    assert (tmp_path / "compile_check.json").is_file()

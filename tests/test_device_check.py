@@ -1,0 +1,66 @@
+"""The parsers of scripts/device_check.py, on made-up tool output (no GPU needed)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import device_check  # noqa: E402  (scripts/ is not a package)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites name="pytest tests"><testsuite name="pytest" errors="1" failures="2" skipped="3"
+ tests="10" time="1.0">
+<testcase classname="tests.test_a" name="test_ok" time="0.1"/>
+<testcase classname="tests.test_a" name="test_bad[odd_m]" time="0.1"><failure message="x"/>
+</testcase>
+<testcase classname="tests.test_b" name="test_bad2" time="0.1"><failure message="y"/></testcase>
+<testcase classname="tests.test_b" name="test_err" time="0.1"><error message="z"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_parse_junit_counts(tmp_path):
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT)
+    counts = device_check.parse_junit(path)
+    assert {k: counts[k] for k in ("passed", "failed", "skipped", "errors")} == {
+        "passed": 4, "failed": 2, "skipped": 3, "errors": 1}
+    assert counts["failed_tests"] == ["tests.test_a::test_bad[odd_m]", "tests.test_b::test_bad2",
+                                      "tests.test_b::test_err"]
+
+
+@pytest.mark.parametrize("text, errors", [
+    ("========= COMPUTE-SANITIZER\nsmoke ok\n========= ERROR SUMMARY: 0 errors\n", 0),
+    ("========= Invalid __global__ read of size 2 bytes\n========= ERROR SUMMARY: 12 errors\n", 12),
+    ("========= RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)\n", 1),
+    ("========= ERROR SUMMARY: 1 error\n", 1),
+    ("Traceback (most recent call last):\n...\n[device_check] timed out after 120 s\n", None),
+])
+def test_parse_sanitizer(text, errors):
+    assert device_check.parse_sanitizer(text) == errors
+
+
+def test_parse_case_summary():
+    text = "ok   cfg M=1\nSANITIZE_CASE smoke=ok matmul_cases=12 failures=1 skipped=3\n"
+    assert device_check.parse_case_summary(text) == {"smoke": "ok", "matmul_cases": 12,
+                                                     "failures": 1, "skipped": 3}
+    assert device_check.parse_case_summary("crashed") is None
+
+
+def test_bench_summary_takes_the_fastest_fp16_per_layer():
+    def row(provider, k, us):
+        return {"set": "llama2-70b", "provider": provider, "m": 16, "k": k, "n": k,
+                "median_us": us}
+    rows = [row("marlin", 1, 10.0), row("cublas-fp16", 1, 40.0), row("torch-fp16", 1, 30.0),
+            row("marlin", 2, 20.0), row("cublas-fp16", 2, 30.0)]
+    (summary,) = device_check.bench_summary({"rows": rows})
+    assert summary == {"set": "llama2-70b", "m": 16, "marlin_us": 30.0, "fp16_us": 60.0,
+                       "speedup": 2.0}
+
+
+def test_run_logged_kills_on_timeout(tmp_path):
+    run = device_check.run_logged([sys.executable, "-c", "import time; print('hi', flush=True); "
+                                   "time.sleep(60)"], tmp_path / "logs" / "x.log", timeout=1)
+    assert run["timed_out"] and run["rc"] != 0
+    assert "hi" in run["text"] and "timed out" in run["text"]

@@ -1,0 +1,636 @@
+"""GPTQ / AWQ tensors and checkpoints: exact round trips, the bit layouts written out by hand,
+and every way a tensor or a checkpoint folder can be wrong.
+
+The layout tests do not trust ``to_gptq``/``to_awq``: they decode packed words with explicit
+shifts and masks, straight from the format's definition, and compare with ``dequantize``.
+"""
+import json
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from safetensors.numpy import save_file
+
+from marlin_cupy.formats import (from_awq, from_gptq, load_awq_checkpoint,
+                                 load_gptq_checkpoint, save_awq_checkpoint,
+                                 save_gptq_checkpoint, to_awq, to_gptq)
+from marlin_cupy.weights import QuantizedWeight
+
+SETTINGS = settings(max_examples=30, deadline=None)
+FORMATS = ["gptq", "gptq_v2"]
+# AWQ's interleave, written out from the format's definition (not imported from the package):
+# nibble p (LSB first) of a word holds column 8c + AWQ_COLUMN_OF_NIBBLE[p].
+AWQ_COLUMN_OF_NIBBLE = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+@st.composite
+def quantized(draw, bits=None, sym=None, act_order=None):
+    """A random QuantizedWeight: every code and zero value reachable, K up to 512, N up to 256."""
+    bits = draw(st.sampled_from([4, 8])) if bits is None else bits
+    group_size = draw(st.sampled_from([32, 64, 128, -1]))
+    step = 32 if group_size == -1 else group_size
+    k = step * draw(st.integers(1, 512 // step))
+    n = 8 * draw(st.integers(1, 32))
+    g = 1 if group_size == -1 else k // group_size
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    q = rng.integers(0, 1 << bits, size=(k, n), dtype=np.uint8)
+    scales = (rng.uniform(1e-3, 1.0, size=(g, n)) * rng.choice([-1, 1], size=(g, n)))
+    sym = draw(st.booleans()) if sym is None else sym
+    zeros = None if sym else rng.integers(0, 1 << bits, size=(g, n), dtype=np.uint8)
+    use_act = draw(st.booleans()) if act_order is None else act_order
+    g_idx = None
+    if use_act and g > 1:
+        g_idx = (rng.permutation(k) // group_size).astype(np.int32)
+    return QuantizedWeight(q, scales.astype(np.float16), zeros, g_idx, bits, group_size)
+
+
+def as_imported(qw):
+    """``qw`` as the importers return it: a single group (K == group_size) becomes -1."""
+    if qw.num_groups > 1 or qw.group_size == -1:
+        return qw
+    return QuantizedWeight(qw.q, qw.scales, qw.zeros, qw.g_idx, qw.bits, -1)
+
+
+def gptq_reference(qweight, qzeros, scales, g_idx, bits, checkpoint_format):
+    """W[k, n] from GPTQ tensors, element by element with explicit shifts (the format's text).
+
+    v1 stores zero - 1 modulo 2**bits, so the true zero is (stored + 1) mod 2**bits.
+    """
+    pf, mask = 32 // bits, (1 << bits) - 1
+    k, n = qweight.shape[0] * pf, qweight.shape[1]
+    kk, nn = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")     # [K, N]
+    words = qweight.view(np.uint32).astype(np.int64)
+    zwords = qzeros.view(np.uint32).astype(np.int64)
+    g = g_idx.astype(np.int64)[kk]                                        # [K, N]
+    code = (words[kk // pf, nn] >> (bits * (kk % pf))) & mask
+    stored = (zwords[g, nn // pf] >> (bits * (nn % pf))) & mask
+    zero = (stored + 1) % (1 << bits) if checkpoint_format == "gptq" else stored
+    return (code - zero) * scales.astype(np.float64)[g, nn]
+
+
+def awq_reference(qweight, qzeros, scales, group_size):
+    """W[k, n] from AWQ tensors: column n sits in nibble p of word n // 8, where
+    AWQ_COLUMN_OF_NIBBLE[p] == n % 8."""
+    k, n = qweight.shape[0], qweight.shape[1] * 8
+    nibble_of = [AWQ_COLUMN_OF_NIBBLE.index(j) for j in range(8)]        # [0, 4, 1, 5, 2, 6, 3, 7]
+    kk, nn = np.meshgrid(np.arange(k), np.arange(n), indexing="ij")     # [K, N]
+    shift = 4 * np.array(nibble_of)[nn % 8]
+    g = kk // (k if group_size == -1 else group_size)
+    code = (qweight.view(np.uint32).astype(np.int64)[kk, nn // 8] >> shift) & 15
+    zero = (qzeros.view(np.uint32).astype(np.int64)[g, nn // 8] >> shift) & 15
+    return (code - zero) * scales.astype(np.float64)[g, nn]
+
+
+def random_words(rng, shape):
+    """int32 words with every bit pattern equally likely."""
+    return rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32).view(np.int32)
+
+
+def random_gptq_tensors(rng, bits, k, n, g):
+    """Arbitrary packed words (every bit pattern), not produced by to_gptq."""
+    pf = 32 // bits
+    return dict(qweight=random_words(rng, (k // pf, n)), qzeros=random_words(rng, (g, n // pf)),
+                scales=rng.uniform(0.01, 1, size=(g, n)).astype(np.float16))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPTQ tensors
+# ---------------------------------------------------------------------------------------------
+
+class TestGptqRoundTrip:
+    @SETTINGS
+    @given(quantized(), st.sampled_from(FORMATS), st.booleans())
+    def test_from_gptq_inverts_to_gptq(self, qw, fmt, pass_group_size):
+        tensors = to_gptq(qw, fmt)
+        group_size = qw.group_size if pass_group_size else None
+        back = from_gptq(**tensors, bits=qw.bits, sym=qw.sym, group_size=group_size,
+                         checkpoint_format=fmt)
+        assert back.equals(as_imported(qw))
+
+    @SETTINGS
+    @given(quantized(), st.sampled_from(FORMATS))
+    def test_tensor_shapes_and_dtypes(self, qw, fmt):
+        t = to_gptq(qw, fmt)
+        pf = 32 // qw.bits
+        assert set(t) == {"qweight", "qzeros", "scales", "g_idx"}
+        assert t["qweight"].dtype == np.int32 and t["qweight"].shape == (qw.k // pf, qw.n)
+        assert t["qzeros"].dtype == np.int32 and t["qzeros"].shape == (qw.num_groups, qw.n // pf)
+        assert t["scales"].dtype == np.float16 and t["scales"].shape == (qw.num_groups, qw.n)
+        assert t["g_idx"].dtype == np.int32 and np.array_equal(t["g_idx"], qw.row_groups())
+
+    def test_group_spanning_k_imports_as_per_channel(self):
+        # K == group_size gives one group; it comes back as -1, with identical values.
+        rng = np.random.default_rng(0)
+        qw = QuantizedWeight(rng.integers(0, 16, (128, 16), dtype=np.uint8),
+                             np.ones((1, 16), np.float16), None, None, 4, 128)
+        back = from_gptq(**to_gptq(qw), group_size=128)
+        assert back.group_size == -1
+        assert np.array_equal(back.dequantize(), qw.dequantize())
+
+
+class TestGptqLayout:
+    @SETTINGS
+    @given(quantized(), st.sampled_from(FORMATS))
+    def test_export_matches_the_bit_level_formula(self, qw, fmt):
+        t = to_gptq(qw, fmt)
+        ref = gptq_reference(t["qweight"], t["qzeros"], t["scales"], t["g_idx"], qw.bits, fmt)
+        assert np.array_equal(qw.dequantize().astype(np.float64), ref)
+
+    @pytest.mark.parametrize("bits", [4, 8])
+    @pytest.mark.parametrize("fmt", FORMATS)
+    def test_import_of_arbitrary_words_matches_the_formula(self, bits, fmt):
+        rng = np.random.default_rng(bits)
+        k, n, g = 256, 64, 4
+        t = random_gptq_tensors(rng, bits, k, n, g)
+        g_idx = (rng.permutation(k) // 64).astype(np.int32)
+        qw = from_gptq(**t, g_idx=g_idx, bits=bits, sym=False, checkpoint_format=fmt)
+        ref = gptq_reference(t["qweight"], t["qzeros"], t["scales"], g_idx, bits, fmt)
+        assert np.array_equal(qw.dequantize().astype(np.float64), ref)
+
+    def test_qweight_is_packed_along_k_lsb_first(self):
+        qweight = np.zeros((1, 8), np.uint32)                             # K = 8, N = 8
+        qweight[0, :2] = [0x76543210, 0x01234567]
+        qzeros = np.array([[0x77777777]], dtype=np.uint32)
+        qw = from_gptq(qweight.view(np.int32), qzeros.view(np.int32), np.ones((1, 8), np.float16))
+        assert list(qw.q[:, 0]) == [0, 1, 2, 3, 4, 5, 6, 7]
+        assert list(qw.q[:, 1]) == [7, 6, 5, 4, 3, 2, 1, 0]
+
+    @pytest.mark.parametrize("bits,fmt,word", [
+        (4, "gptq", 0x77777777), (4, "gptq_v2", 0x88888888),
+        (8, "gptq", 0x7F7F7F7F), (8, "gptq_v2", 0x80808080)])
+    def test_symmetric_qzeros_word(self, bits, fmt, word):
+        qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                             None, bits, 32)
+        assert np.all(to_gptq(qw, fmt)["qzeros"].view(np.uint32) == word)
+
+    def test_v1_zero_minus_one_wraps(self):
+        # True zero 0 is stored as 15 (0 - 1 mod 16) and read back as 0, not 16.
+        zeros = np.zeros((1, 8), np.uint8)
+        zeros[0, 3] = 5
+        qw = QuantizedWeight(np.zeros((32, 8), np.uint8), np.ones((1, 8), np.float16), zeros,
+                             None, 4, -1)
+        t = to_gptq(qw, "gptq")
+        assert int(t["qzeros"].view(np.uint32)[0, 0]) == 0xFFFF4FFF
+        assert from_gptq(**t, sym=False).equals(qw)
+
+    def test_uint32_words_are_the_same_bits(self):
+        qw = QuantizedWeight(np.full((32, 8), 9, np.uint8), np.ones((1, 8), np.float16), None,
+                             None, 4, -1)
+        t = to_gptq(qw)
+        t_unsigned = {**t, "qweight": t["qweight"].view(np.uint32),
+                      "qzeros": t["qzeros"].view(np.uint32)}
+        assert from_gptq(**t_unsigned).equals(qw)
+
+
+class TestGptqSymmetry:
+    @pytest.mark.parametrize("fmt", FORMATS)
+    def test_asymmetric_zeros_refused_as_symmetric(self, fmt):
+        zeros = np.full((2, 8), 8, np.uint8)
+        zeros[1, 6] = 3
+        qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), zeros,
+                             None, 4, 32)
+        with pytest.raises(ValueError, match=r"group 1, column 6.*pass sym=False"):
+            from_gptq(**to_gptq(qw, fmt), sym=True, checkpoint_format=fmt)
+
+    def test_v2_zeros_read_as_v1_are_refused(self):
+        qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                             None, 4, 32)
+        with pytest.raises(ValueError, match="stores 7 everywhere"):
+            from_gptq(**to_gptq(qw, "gptq_v2"), checkpoint_format="gptq")
+
+    def test_symmetric_zeros_read_as_asymmetric_stay_explicit(self):
+        qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                             None, 4, 32)
+        back = from_gptq(**to_gptq(qw), sym=False)
+        assert back.zeros is not None and np.all(back.zeros == 8)
+
+
+class TestActOrderAndGroups:
+    def test_act_order_g_idx_is_kept_and_trivial_g_idx_dropped(self):
+        rng = np.random.default_rng(2)
+        t = random_gptq_tensors(rng, 4, 128, 8, 4)
+        g_idx = (rng.permutation(128) // 32).astype(np.int32)
+        assert np.array_equal(from_gptq(**t, g_idx=g_idx, sym=False).g_idx, g_idx)
+        trivial = (np.arange(128) // 32).astype(np.int32)
+        assert from_gptq(**t, g_idx=trivial, sym=False).g_idx is None
+
+    @pytest.mark.parametrize("k,g,group_size,expected", [
+        (256, 8, None, 32), (256, 4, None, 64), (256, 2, 128, 128),
+        (256, 1, None, -1), (256, 1, -1, -1), (256, 1, 256, -1)])
+    def test_group_size_inferred_or_checked(self, k, g, group_size, expected):
+        t = random_gptq_tensors(np.random.default_rng(0), 4, k, 8, g)
+        assert from_gptq(**t, sym=False, group_size=group_size).group_size == expected
+
+    @pytest.mark.parametrize("k,g,group_size,match", [
+        (256, 4, 32, "group_size=32 does not split K=256 into the G=4"),
+        (256, 1, 128, "one group spans K=256"),
+        (256, 2, -1, "group_size=-1 does not split"),
+        (96, 2, None, "group_size=48 .* is not supported"),
+        (256, 3, None, "cannot be split into G=3"),
+    ])
+    def test_inconsistent_group_size(self, k, g, group_size, match):
+        t = random_gptq_tensors(np.random.default_rng(0), 4, k, 8, g)
+        with pytest.raises(ValueError, match=match):
+            from_gptq(**t, sym=False, group_size=group_size)
+
+
+class TestGptqBadTensors:
+    def good(self, bits=4):
+        return random_gptq_tensors(np.random.default_rng(1), bits, 128, 16, 4)
+
+    @pytest.mark.parametrize("change,match", [
+        (dict(qweight=np.zeros((16, 16), np.int64)), "qweight must be int32.*dtype=int64"),
+        (dict(qweight=np.zeros((16, 16), np.float32)), "qweight must be int32"),
+        (dict(qzeros=np.zeros((4, 2), np.int16)), "qzeros must be int32"),
+        (dict(qweight=np.zeros((16,), np.int32)), "qweight must be 2-D"),
+        (dict(qweight=np.zeros((16, 24), np.int32)),
+         r"qweight must have shape .* = \[16, 16\]; got \[16, 24\]"),
+        (dict(qzeros=np.zeros((4, 3), np.int32)),
+         r"qzeros must have shape .* = \[4, 2\]; got \[4, 3\]"),
+        (dict(qzeros=np.zeros((3, 2), np.int32)),
+         r"qzeros must have shape .* = \[4, 2\]; got \[3, 2\]"),
+        (dict(scales=np.ones((0, 16), np.float16)), "at least one group"),
+        (dict(scales=np.ones((4, 16), np.int32)), "scales must be float16"),
+        (dict(scales=np.ones((4, 16, 1), np.float16)), "scales must be 2-D"),
+        (dict(scales=np.full((4, 16), 0.1, np.float32)), "not exactly representable in float16"),
+        (dict(scales=np.full((4, 16), np.nan, np.float16)),
+         r"64 non-finite value\(s\).*scales\[0, 0\]"),
+        (dict(g_idx=np.zeros(64, np.int32)),
+         r"g_idx has 64 entries but qweight has 16 rows, i.e. K = 16 \* 8 = 128"),
+        (dict(g_idx=np.full(128, 4, np.int32)), r"g_idx values must lie in 0..3"),
+        (dict(g_idx=np.zeros(128, np.float32)), "g_idx must be a 1-D integer array"),
+        (dict(bits=3), "bits=3 is not supported"),
+        (dict(bits=2), "bits=2 is not supported"),
+        (dict(checkpoint_format="marlin"), "checkpoint_format='marlin' is not a GPTQ format"),
+        (dict(sym=None), "sym must be a bool"),
+        (dict(group_size="128"), "group_size must be an int"),
+    ])
+    def test_rejected_with_the_tensor_named(self, change, match):
+        kwargs = {**self.good(), "sym": False, **change}
+        with pytest.raises(ValueError, match=match):
+            from_gptq(**kwargs)
+
+    def test_exactly_representable_float32_scales_accepted(self):
+        t = self.good()
+        scales32 = t["scales"].astype(np.float32)
+        assert from_gptq(**{**t, "scales": scales32}, sym=False).equals(from_gptq(**t, sym=False))
+
+    def test_bits_mismatch_shows_up_as_a_k_mismatch(self):
+        t = self.good(bits=4)
+        g_idx = (np.arange(128) // 32).astype(np.int32)
+        with pytest.raises(ValueError, match=r"K = 16 \* 4 = 64 for bits=8"):
+            from_gptq(**t, g_idx=g_idx, bits=8, sym=False)
+
+    def test_unpackable_shape_refused_on_export(self):
+        qw = QuantizedWeight(np.zeros((20, 8), np.uint8), np.ones((1, 8), np.float16), None,
+                             None, 4, -1)
+        with pytest.raises(ValueError, match="K=20 and N=8 must both be multiples of 8"):
+            to_gptq(qw)
+
+    def test_not_a_quantized_weight(self):
+        with pytest.raises(ValueError, match="needs a QuantizedWeight"):
+            to_gptq({"q": 1})
+
+
+# ---------------------------------------------------------------------------------------------
+# AWQ tensors
+# ---------------------------------------------------------------------------------------------
+
+class TestAwq:
+    @SETTINGS
+    @given(quantized(bits=4, sym=False, act_order=False))
+    def test_from_awq_inverts_to_awq(self, qw):
+        assert from_awq(**to_awq(qw), group_size=qw.group_size).equals(as_imported(qw))
+        assert from_awq(**to_awq(qw), group_size=None).equals(as_imported(qw))
+
+    @SETTINGS
+    @given(quantized(bits=4, act_order=False))
+    def test_export_matches_the_interleaved_formula(self, qw):
+        t = to_awq(qw)
+        assert t["qweight"].dtype == np.int32 and t["qweight"].shape == (qw.k, qw.n // 8)
+        assert t["qzeros"].dtype == np.int32 and t["qzeros"].shape == (qw.num_groups, qw.n // 8)
+        ref = awq_reference(t["qweight"], t["qzeros"], t["scales"], qw.group_size)
+        assert np.array_equal(qw.dequantize().astype(np.float64), ref)
+
+    def test_import_of_arbitrary_words_matches_the_formula(self):
+        rng = np.random.default_rng(4)
+        qweight, qzeros = random_words(rng, (256, 8)), random_words(rng, (2, 8))
+        scales = rng.uniform(0.01, 1, size=(2, 64)).astype(np.float16)
+        qw = from_awq(qweight, qzeros, scales, group_size=128)
+        ref = awq_reference(qweight, qzeros, scales, 128)
+        assert np.array_equal(qw.dequantize().astype(np.float64), ref)
+
+    def test_nibble_interleave_literal(self):
+        # Columns 0..7 holding codes 0..7: nibble p holds column AWQ_COLUMN_OF_NIBBLE[p],
+        # so reading nibbles 7..0 gives 7 5 3 1 6 4 2 0.
+        q = np.tile(np.arange(8, dtype=np.uint8), (32, 1))
+        qw = QuantizedWeight(q, np.ones((1, 8), np.float16), np.zeros((1, 8), np.uint8), None,
+                             4, 32)
+        assert int(to_awq(qw)["qweight"].view(np.uint32)[0, 0]) == 0x75316420
+
+    def test_symmetric_weight_exports_zero_eight_and_imports_explicit(self):
+        rng = np.random.default_rng(6)
+        qw = QuantizedWeight(rng.integers(0, 16, (64, 16), dtype=np.uint8),
+                             np.ones((2, 16), np.float16), None, None, 4, 32)
+        t = to_awq(qw)
+        assert np.all(t["qzeros"].view(np.uint32) == 0x88888888)
+        back = from_awq(**t, group_size=32)
+        assert back.zeros is not None and np.all(back.zeros == 8)
+        assert np.array_equal(back.dequantize(), qw.dequantize())
+
+    @pytest.mark.parametrize("qw,match", [
+        (QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                         None, 8, 32), "4-bit weights only; this weight has bits=8"),
+        (QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                         np.array([1] * 32 + [0] * 32, np.int32), 4, 32), "act-order"),
+        (QuantizedWeight(np.zeros((64, 12), np.uint8), np.ones((2, 12), np.float16), None,
+                         None, 4, 32), "N=12 is not a multiple of 8"),
+    ])
+    def test_unexpressible_weights_refused(self, qw, match):
+        with pytest.raises(ValueError, match=match):
+            to_awq(qw)
+
+    @pytest.mark.parametrize("change,match", [
+        (dict(qweight=np.zeros((64, 8), np.int32)), r"qweight must have shape .* = \[64, 2\]"),
+        (dict(qzeros=np.zeros((2, 2), np.int32)), r"qzeros must have shape .* = \[1, 2\]"),
+        (dict(qweight=np.zeros((64, 2), np.int64)), "qweight must be int32"),
+        (dict(scales=np.ones((1, 12), np.float16)), "N=12 .* must be a positive multiple of 8"),
+        (dict(group_size=32), "one group spans K=64, which does not match group_size=32"),
+    ])
+    def test_bad_tensors_rejected(self, change, match):
+        kwargs = dict(qweight=np.zeros((64, 2), np.int32), qzeros=np.zeros((1, 2), np.int32),
+                      scales=np.ones((1, 16), np.float16), group_size=-1)
+        with pytest.raises(ValueError, match=match):
+            from_awq(**{**kwargs, **change})
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+def layers_for(bits=4, sym=True, act_order=False, group_size=64, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (k, n) in {"model.layers.0.mlp.up_proj": (128, 32),
+                         "model.layers.0.self_attn.q_proj": (256, 16)}.items():
+        g = 1 if group_size == -1 else k // group_size
+        zeros = None if sym else rng.integers(0, 1 << bits, (g, n), dtype=np.uint8)
+        g_idx = (rng.permutation(k) // group_size).astype(np.int32) if act_order else None
+        out[name] = QuantizedWeight(rng.integers(0, 1 << bits, (k, n), dtype=np.uint8),
+                                    rng.uniform(0.01, 1, (g, n)).astype(np.float16), zeros,
+                                    g_idx, bits, group_size)
+    return out
+
+
+def assert_same_layers(loaded, layers):
+    assert set(loaded) == set(layers)
+    for name in layers:
+        assert loaded[name].equals(layers[name]), name
+
+
+def rewrite(tmp_path, drop=(), replace=None):
+    """Rewrite model.safetensors without the tensors in ``drop`` and with ``replace`` applied."""
+    from safetensors.numpy import load_file
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    for key in drop:
+        del tensors[key]
+    tensors.update(replace or {})
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+
+
+def edit_config(tmp_path, **changes):
+    path = tmp_path / "quantize_config.json"
+    cfg = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    path.write_text(json.dumps(cfg))
+
+
+Q = "model.layers.0.self_attn.q_proj"
+FIRST = "model.layers.0.mlp.up_proj"      # layers are loaded in sorted order; this one is first
+
+
+class TestGptqCheckpointRoundTrip:
+    @pytest.mark.parametrize("bits", [4, 8])
+    @pytest.mark.parametrize("sym", [True, False])
+    @pytest.mark.parametrize("fmt", FORMATS)
+    @pytest.mark.parametrize("act_order", [False, True])
+    def test_save_then_load(self, tmp_path, bits, sym, fmt, act_order):
+        layers = layers_for(bits, sym, act_order)
+        save_gptq_checkpoint(tmp_path, layers, checkpoint_format=fmt)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+        cfg = json.loads((tmp_path / "quantize_config.json").read_text())
+        assert cfg == {"bits": bits, "group_size": 64, "desc_act": act_order, "sym": sym,
+                       "checkpoint_format": fmt, "quant_method": "gptq",
+                       "static_groups": False, "true_sequential": True, "damp_percent": 0.01}
+        assert not list(tmp_path.glob("*.tmp"))
+
+    def test_per_channel(self, tmp_path):
+        layers = layers_for(group_size=-1)
+        save_gptq_checkpoint(tmp_path, layers)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_synonyms_and_defaults(self, tmp_path):
+        layers = layers_for(sym=True)
+        save_gptq_checkpoint(tmp_path, layers)
+        edit_config(tmp_path, bits=None, w_bit=4, group_size=None, q_group_size=64, sym=None,
+                    checkpoint_format=None, quant_method=None, desc_act=None)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_config_json_quantization_config(self, tmp_path):
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        cfg = json.loads((tmp_path / "quantize_config.json").read_text())
+        (tmp_path / "quantize_config.json").unlink()
+        (tmp_path / "config.json").write_text(json.dumps({"quantization_config": cfg}))
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_sharded_index(self, tmp_path):
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        from safetensors.numpy import load_file
+        tensors = load_file(str(tmp_path / "model.safetensors"))
+        (tmp_path / "model.safetensors").unlink()
+        shards = {"model-00001-of-00002.safetensors": {}, "model-00002-of-00002.safetensors": {}}
+        weight_map = {}
+        for i, (key, value) in enumerate(sorted(tensors.items())):
+            shard = sorted(shards)[i % 2]
+            shards[shard][key] = value
+            weight_map[key] = shard
+        for shard, content in shards.items():
+            save_file(content, str(tmp_path / shard))
+        index = tmp_path / "model.safetensors.index.json"
+        index.write_text(json.dumps({"weight_map": weight_map}))
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_unquantized_tensors_are_ignored(self, tmp_path):
+        layers = layers_for()
+        save_gptq_checkpoint(tmp_path, layers)
+        rewrite(tmp_path, replace={"model.embed_tokens.weight": np.ones((4, 4), np.float16),
+                                   "model.norm.weight": np.ones(4, np.float32)})
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+
+class TestBrokenGptqCheckpoint:
+    @pytest.fixture
+    def saved(self, tmp_path):
+        save_gptq_checkpoint(tmp_path, layers_for(sym=False, act_order=True))
+        return tmp_path
+
+    @pytest.mark.parametrize("cut", [10, 1000, None])
+    def test_truncated_file(self, saved, cut):
+        path = saved / "model.safetensors"
+        data = path.read_bytes()
+        path.write_bytes(data[:5] if cut is None else data[:-cut])
+        with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors"):
+            load_gptq_checkpoint(saved)
+
+    def test_garbage_header(self, saved):
+        (saved / "model.safetensors").write_bytes(struct.pack("<Q", 20) + b"{not json at all!!!}")
+        with pytest.raises(ValueError, match="model.safetensors"):
+            load_gptq_checkpoint(saved)
+
+    @pytest.mark.parametrize("role", ["qzeros", "scales", "g_idx"])
+    def test_missing_tensor(self, saved, role):
+        rewrite(saved, drop=[f"{Q}.{role}"])
+        with pytest.raises(ValueError, match=rf"{Q}\.{role}"):
+            load_gptq_checkpoint(saved)
+
+    def test_missing_qweight_leaves_orphans(self, saved):
+        rewrite(saved, drop=[f"{Q}.qweight"])
+        with pytest.raises(ValueError, match=rf"{Q}\.(qzeros|g_idx) .* has no {Q}\.qweight"):
+            load_gptq_checkpoint(saved)
+
+    @pytest.mark.parametrize("role,array,match", [
+        ("qweight", np.zeros((32, 24), np.int32), r"qweight .*must have shape"),
+        ("qzeros", np.zeros((4, 3), np.int32), r"qzeros .*must have shape"),
+        ("scales", np.ones((4, 16), np.float32) * 0.1, r"scales .*float16"),
+        ("g_idx", np.zeros(128, np.int32), r"g_idx .*has 128 entries but .*qweight"),
+        ("qweight", np.zeros((32, 16), np.float16), r"qweight .*must be int32"),
+    ])
+    def test_wrong_tensor(self, saved, role, array, match):
+        rewrite(saved, replace={f"{Q}.{role}": array})
+        with pytest.raises(ValueError, match=rf"{Q}\.{match}"):
+            load_gptq_checkpoint(saved)
+
+    @pytest.mark.parametrize("changes,match", [
+        (dict(bits=8), rf"{FIRST}\.g_idx .*bits=8"),
+        (dict(group_size=32), rf"group_size=32 .*{FIRST}\.scales"),
+        (dict(sym=True), rf"{FIRST}\.qzeros .*pass sym=False"),
+        (dict(desc_act=False), rf"{FIRST}\.g_idx .*desc_act=false"),
+        (dict(bits=3), "bits=3"),
+        (dict(sym="yes"), "sym must be true or false"),
+        (dict(checkpoint_format="gptq_v3"), "checkpoint_format='gptq_v3'"),
+        (dict(checkpoint_format="marlin"), "Marlin-format"),
+        (dict(is_marlin_format=True), "Marlin-format"),
+        (dict(quant_method="awq"), "use load_awq_checkpoint"),
+        (dict(quant_method="bitsandbytes"), "quant_method='bitsandbytes'"),
+        (dict(bits=None), "how many bits"),
+        (dict(bits=4, w_bit=8), "bits=4 but w_bit=8"),
+    ])
+    def test_mismatched_config(self, saved, changes, match):
+        edit_config(saved, **changes)
+        with pytest.raises(ValueError, match=match):
+            load_gptq_checkpoint(saved)
+
+    def test_desc_act_without_g_idx(self, saved):
+        rewrite(saved, drop=[f"{Q}.g_idx"])
+        with pytest.raises(ValueError, match=rf"{Q}\.g_idx .*is missing.*desc_act=true"):
+            load_gptq_checkpoint(saved)
+
+    def test_missing_or_unreadable_config(self, saved):
+        (saved / "quantize_config.json").write_text("{bits: 4")
+        with pytest.raises(ValueError, match="quantize_config.json is not readable JSON"):
+            load_gptq_checkpoint(saved)
+        (saved / "quantize_config.json").unlink()
+        with pytest.raises(ValueError, match="no quantization config"):
+            load_gptq_checkpoint(saved)
+
+    def test_missing_safetensors(self, saved):
+        (saved / "model.safetensors").unlink()
+        with pytest.raises(ValueError, match=r"no model\.safetensors"):
+            load_gptq_checkpoint(saved)
+
+    def test_not_a_folder(self, tmp_path):
+        with pytest.raises(ValueError, match="is not a directory"):
+            load_gptq_checkpoint(tmp_path / "nowhere")
+
+    def test_bfloat16_scales_named(self, saved):
+        # A BF16 tensor (NumPy has no bfloat16), written by hand in the safetensors layout.
+        header = json.dumps({f"{Q}.extra.scales": {"dtype": "BF16", "shape": [2],
+                                                     "data_offsets": [0, 4]}}).encode()
+        (saved / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header
+                                                  + b"\x80\x3f\x00\x40")
+        with pytest.raises(ValueError, match=rf"{Q}\.extra\.scales .*BF16"):
+            load_gptq_checkpoint(saved)
+
+
+class TestSaveRefusals:
+    def test_mixed_layers(self, tmp_path):
+        layers = {**layers_for(bits=4), "other": layers_for(bits=8)[Q]}
+        with pytest.raises(ValueError, match="layer 'other' has bits=8"):
+            save_gptq_checkpoint(tmp_path, layers)
+
+    def test_mixed_symmetry(self, tmp_path):
+        layers = {**layers_for(sym=True), "other": layers_for(sym=False)[Q]}
+        with pytest.raises(ValueError, match="layer 'other' has sym=False"):
+            save_gptq_checkpoint(tmp_path, layers)
+
+    @pytest.mark.parametrize("layers,match", [
+        ({}, "non-empty dict"), ({"a": 1}, "is a int, not a QuantizedWeight"),
+        ({"": None}, "non-empty strings")])
+    def test_bad_layers(self, tmp_path, layers, match):
+        with pytest.raises(ValueError, match=match):
+            save_gptq_checkpoint(tmp_path, layers)
+        assert not (tmp_path / "model.safetensors").exists()
+
+
+class TestAwqCheckpoint:
+    @pytest.mark.parametrize("group_size", [32, 64, -1])
+    def test_save_then_load(self, tmp_path, group_size):
+        layers = layers_for(bits=4, sym=False, group_size=group_size)
+        save_awq_checkpoint(tmp_path, layers)
+        assert_same_layers(load_awq_checkpoint(tmp_path), layers)
+        cfg = json.loads((tmp_path / "quantize_config.json").read_text())
+        assert cfg == {"quant_method": "awq", "bits": 4, "group_size": group_size,
+                       "zero_point": True, "version": "gemm"}
+
+    def test_autoawq_legacy_config_name_and_synonyms(self, tmp_path):
+        layers = layers_for(bits=4, sym=False)
+        save_awq_checkpoint(tmp_path, layers)
+        (tmp_path / "quantize_config.json").unlink()
+        (tmp_path / "quant_config.json").write_text(json.dumps(
+            {"zero_point": True, "q_group_size": 64, "w_bit": 4, "version": "GEMM"}))
+        assert_same_layers(load_awq_checkpoint(tmp_path), layers)
+
+    @pytest.mark.parametrize("changes,match", [
+        (dict(version="gemv"), "version='gemv'"),
+        (dict(zero_point=False), "zero_point=False"),
+        (dict(bits=8), "AWQ checkpoints are 4-bit"),
+        (dict(quant_method="gptq"), "quant_method='gptq'"),
+        (dict(group_size=128), rf"group_size=128 .*{FIRST}\.scales"),
+    ])
+    def test_mismatched_config(self, tmp_path, changes, match):
+        save_awq_checkpoint(tmp_path, layers_for(bits=4, sym=False))
+        edit_config(tmp_path, **changes)
+        with pytest.raises(ValueError, match=match):
+            load_awq_checkpoint(tmp_path)
+
+    def test_missing_tensor_and_truncation(self, tmp_path):
+        save_awq_checkpoint(tmp_path, layers_for(bits=4, sym=False))
+        rewrite(tmp_path, drop=[f"{Q}.qzeros"])
+        with pytest.raises(ValueError, match=rf"{Q}\.qzeros is missing"):
+            load_awq_checkpoint(tmp_path)
+        path = tmp_path / "model.safetensors"
+        path.write_bytes(path.read_bytes()[:-7])
+        with pytest.raises(ValueError, match="not a readable safetensors"):
+            load_awq_checkpoint(tmp_path)
+
+    def test_act_order_layer_refused(self, tmp_path):
+        with pytest.raises(ValueError, match=f"layer '{FIRST}': .*act-order"):
+            save_awq_checkpoint(tmp_path, layers_for(bits=4, sym=False, act_order=True))
+        assert not (tmp_path / "model.safetensors").exists()

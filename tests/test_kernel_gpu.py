@@ -1,0 +1,250 @@
+"""The fused kernel against the float64 reference (DESIGN.md s.6). Runs on a GPU only.
+
+Judgement: relative Frobenius error of the kernel <= 2 x that of cuBLAS FP16 on the same
+dequantized weights + 1e-4; NaN never passes; outputs are poisoned before every run.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import marlin_cupy as mc
+from marlin_cupy.config import INSTANTIATED, KernelConfig, group_blocks_for
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+
+def make_weight(rng, k, n, group_size, sym=True, act_order=False):
+    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+    qw = mc.quantize(w, bits=4, group_size=group_size, sym=sym)
+    if act_order and group_size != -1 and k // group_size > 1:
+        g_idx = (rng.permutation(k) // group_size).astype(np.int32)
+        qw = mc.QuantizedWeight(qw.q, qw.scales, qw.zeros, g_idx, 4, group_size)
+    return qw
+
+
+def judge(x_h, qw, y):
+    """Assert the kernel's error is within the bound; returns (err, err_cublas)."""
+    w = qw.dequantize().astype(np.float64)                        # [K, N]
+    ref = x_h.astype(np.float64) @ w                              # [M, N]
+    y_h = cp.asnumpy(y).astype(np.float64)
+    cublas = cp.asnumpy(cp.matmul(cp.asarray(x_h), cp.asarray(w.astype(np.float16))))
+    norm = np.linalg.norm(ref)
+    err = np.linalg.norm(y_h - ref) / norm
+    err_cublas = np.linalg.norm(cublas.astype(np.float64) - ref) / norm
+    diff = np.abs(y_h - ref)
+    detail = (f"rel err {err:.3e} vs cuBLAS {err_cublas:.3e}; max|diff| {np.nanmax(diff):.3e} "
+              f"mean|diff| {np.nanmean(diff):.3e}; max|ref| {np.abs(ref).max():.3e} "
+              f"mean|ref| {np.abs(ref).mean():.3e}; NaNs {int(np.isnan(y_h).sum())}")
+    assert np.isfinite(y_h).all(), detail
+    assert err <= 2 * err_cublas + 1e-4, detail
+    return err, err_cublas
+
+
+def run(x_h, mw_d, config=None, max_ctas=None):
+    x = cp.asarray(x_h)
+    out = cp.full((x_h.shape[0], mw_d.n), np.nan, dtype=cp.float16)   # poison
+    mc.matmul(x, mw_d, out=out, config=config, max_ctas=max_ctas)
+    return out
+
+
+def problem_for(cfg: KernelConfig, rng):
+    group = -1 if cfg.group_blocks == -1 else 16 * cfg.group_blocks
+    k = max(2 * cfg.tile_k, 2 * group if group > 0 else 0, 256)
+    n = 2 * cfg.tile_n
+    return k, n, group
+
+
+class TestEveryInstantiatedConfig:
+    @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
+    @pytest.mark.parametrize("cfg", INSTANTIATED, ids=lambda c: c.name)
+    def test_config(self, cfg, has_zp):
+        rng = np.random.default_rng(hash(cfg.name) % 2**32)
+        k, n, group = problem_for(cfg, rng)
+        # Rows: a partial last block, and two slabs so the in-kernel slab loop runs.
+        m = 2 * cfg.tile_m - 3
+        qw = make_weight(rng, k, n, group, sym=not has_zp)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((m, k)).astype(np.float16)
+        for max_ctas in (None, 3):
+            judge(x_h, qw, run(x_h, mw, config=cfg, max_ctas=max_ctas))
+
+
+@st.composite
+def problems(draw):
+    group_size = draw(st.sampled_from([32, 64, 128, -1]))
+    sym = draw(st.booleans())
+    act_order = draw(st.booleans())
+    m = draw(st.one_of(st.integers(1, 70), st.integers(1, 2048)))
+    n = 64 * draw(st.integers(1, 24))
+    k = 128 * draw(st.integers(1, 24))
+    max_ctas = draw(st.one_of(st.none(), st.integers(1, 132)))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return m, n, k, group_size, sym, act_order, max_ctas, seed
+
+
+class TestRandomProblems:
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(problems())
+    def test_default_dispatch(self, p):
+        m, n, k, group_size, sym, act_order, max_ctas, seed = p
+        rng = np.random.default_rng(seed)
+        qw = make_weight(rng, k, n, group_size, sym, act_order)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((m, k)).astype(np.float16)
+        judge(x_h, qw, run(x_h, mw, max_ctas=max_ctas))
+
+
+class TestOddShapes:
+    @pytest.mark.parametrize("m", [1, 15, 16, 17, 33, 48, 63, 64, 65, 127, 257, 1000])
+    def test_odd_m(self, m):
+        rng = np.random.default_rng(m)
+        qw = make_weight(rng, 1024, 512, 128)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((m, 1024)).astype(np.float16)
+        judge(x_h, qw, run(x_h, mw))
+
+    def test_many_groups_more_than_group_size(self):
+        # num_groups > group_size: a past Hopper kernel bug zeroed scales beyond index 128.
+        rng = np.random.default_rng(7)
+        qw = make_weight(rng, 32 * 160, 256, 32)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((5, 32 * 160)).astype(np.float16)
+        judge(x_h, qw, run(x_h, mw))
+
+    def test_large_k_small_n(self):
+        rng = np.random.default_rng(8)
+        qw = make_weight(rng, 16384, 64, 128)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((9, 16384)).astype(np.float16)
+        judge(x_h, qw, run(x_h, mw))
+
+    def test_leading_batch_dims(self):
+        rng = np.random.default_rng(9)
+        qw = make_weight(rng, 256, 128, 64)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((2, 3, 256)).astype(np.float16)
+        y = mc.matmul(cp.asarray(x_h), mw)
+        assert y.shape == (2, 3, 128)
+        judge(x_h.reshape(6, 256), qw, y.reshape(6, 128))
+
+    def test_m_zero(self):
+        rng = np.random.default_rng(10)
+        mw = mc.pack(make_weight(rng, 256, 128, 128)).to_device()
+        y = mc.matmul(cp.zeros((0, 256), cp.float16), mw)
+        assert y.shape == (0, 128)
+
+
+class TestDeterminismAndWorkspace:
+    @pytest.mark.parametrize("fp32_reduce", [True, False])
+    def test_repeated_calls_bitwise_identical(self, fp32_reduce):
+        rng = np.random.default_rng(11)
+        qw = make_weight(rng, 4096, 512, 128)
+        mw = mc.pack(qw).to_device()
+        x = cp.asarray(rng.standard_normal((37, 4096)).astype(np.float16))
+        cfg = mc.KernelConfig(256, 3, 16, 4, 4, 8, fp32_reduce)
+        first = mc.matmul(x, mw, config=cfg, max_ctas=7)
+        for _ in range(50):
+            again = mc.matmul(x, mw, config=cfg, max_ctas=7)
+            assert cp.array_equal(first.view(cp.uint16), again.view(cp.uint16))
+        judge(cp.asnumpy(x), qw, first)
+
+    def test_locks_are_zero_after_calls(self):
+        from marlin_cupy.ops import workspace
+        rng = np.random.default_rng(12)
+        mw = mc.pack(make_weight(rng, 2048, 1024, 128)).to_device()
+        x = cp.asarray(rng.standard_normal((100, 2048)).astype(np.float16))
+        for ctas in (1, 5, 17, 132):
+            mc.matmul(x, mw, max_ctas=ctas)
+        cp.cuda.get_current_stream().synchronize()
+        assert int(cp.count_nonzero(workspace().locks)) == 0
+
+    def test_stream_argument(self):
+        rng = np.random.default_rng(13)
+        qw = make_weight(rng, 512, 256, 128)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((8, 512)).astype(np.float16)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            x = cp.asarray(x_h)
+        y = mc.matmul(x, mw, stream=s)
+        s.synchronize()
+        judge(x_h, qw, y)
+
+
+class TestInterop:
+    def test_torch_in_torch_out(self):
+        torch = pytest.importorskip("torch")
+        rng = np.random.default_rng(14)
+        qw = make_weight(rng, 512, 256, 128)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((4, 512)).astype(np.float16)
+        xt = torch.from_numpy(x_h).cuda()
+        yt = mc.matmul(xt, mw)
+        assert isinstance(yt, torch.Tensor) and yt.is_cuda and yt.dtype == torch.float16
+        torch.cuda.synchronize()
+        judge(x_h, qw, cp.from_dlpack(yt))
+
+    def test_marlin_linear_with_bias(self):
+        rng = np.random.default_rng(15)
+        w = rng.standard_normal((512, 256)).astype(np.float32) * 0.02
+        bias = rng.standard_normal(256).astype(np.float16)
+        layer = mc.MarlinLinear.from_float(w, bias=bias, group_size=128)
+        x_h = rng.standard_normal((3, 512)).astype(np.float16)
+        y = cp.asnumpy(layer(cp.asarray(x_h))).astype(np.float64)
+        qw = mc.quantize(w, bits=4, group_size=128)
+        ref = x_h.astype(np.float64) @ qw.dequantize().astype(np.float64) + bias
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+
+
+class TestBadInputs:
+    @pytest.fixture(scope="class")
+    def mw(self):
+        rng = np.random.default_rng(16)
+        return mc.pack(make_weight(rng, 256, 128, 128)).to_device()
+
+    def test_wrong_dtype(self, mw):
+        with pytest.raises(ValueError, match="float16"):
+            mc.matmul(cp.zeros((2, 256), cp.float32), mw)
+
+    def test_wrong_k(self, mw):
+        with pytest.raises(ValueError, match="K=256"):
+            mc.matmul(cp.zeros((2, 128), cp.float16), mw)
+
+    def test_non_contiguous(self, mw):
+        x = cp.zeros((256, 4), cp.float16).T
+        with pytest.raises(ValueError, match="C-contiguous"):
+            mc.matmul(x, mw)
+
+    def test_misaligned(self, mw):
+        buf = cp.zeros(2 * 256 + 8, cp.float16)
+        x = buf[1:1 + 512].reshape(2, 256)
+        with pytest.raises(ValueError, match="16-byte"):
+            mc.matmul(x, mw)
+
+    def test_host_weight(self, mw):
+        with pytest.raises(ValueError, match="to_device"):
+            mc.matmul(cp.zeros((2, 256), cp.float16), mw.to_host())
+
+    def test_host_input(self, mw):
+        with pytest.raises(ValueError, match="host"):
+            mc.matmul(np.zeros((2, 256), np.float16), mw)
+
+    def test_out_wrong_shape(self, mw):
+        with pytest.raises(ValueError, match="out must have shape"):
+            mc.matmul(cp.zeros((2, 256), cp.float16), mw, out=cp.zeros((2, 64), cp.float16))
+
+    def test_config_tile_does_not_divide(self, mw):
+        cfg = mc.KernelConfig(256, 1, 16, 4, 4, 8, True)   # 256-wide tile, N=128
+        with pytest.raises(ValueError, match="N=128 is not a multiple"):
+            mc.matmul(cp.zeros((2, 256), cp.float16), mw, config=cfg)
+
+    def test_config_group_mismatch(self, mw):
+        cfg = mc.KernelConfig(128, 1, 8, 4, 4, 4, True)    # g64 config, g128 weight
+        with pytest.raises(ValueError, match="group_blocks"):
+            mc.matmul(cp.zeros((2, 256), cp.float16), mw, config=cfg)
+
+    def test_too_many_stages_for_device(self, mw):
+        cfg = mc.KernelConfig(128, 1, 8, 4, 64, 8, True)
+        with pytest.raises(ValueError, match="shared memory"):
+            mc.matmul(cp.zeros((2, 256), cp.float16), mw, config=cfg)

@@ -1,0 +1,155 @@
+"""Marlin tiled layout: exact inverse, bijections, and the fragment semantics the kernel relies on."""
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from marlin_cupy import layout
+from marlin_cupy.weights import QuantizedWeight
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+@st.composite
+def quantized(draw, act_order=None):
+    bits = draw(st.sampled_from([4, 8]))
+    group_size = draw(st.sampled_from([32, 64, 128, -1]))
+    step = 128 if group_size == -1 else max(group_size, 16)
+    k = step * draw(st.integers(1, 4))
+    n = 64 * draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    g = 1 if group_size == -1 else k // group_size
+    q = rng.integers(0, 1 << bits, size=(k, n), dtype=np.uint8)
+    scales = rng.uniform(0.001, 0.1, size=(g, n)).astype(np.float16)
+    sym = draw(st.booleans())
+    zeros = None if sym else rng.integers(0, 1 << bits, size=(g, n), dtype=np.uint8)
+    use_act = draw(st.booleans()) if act_order is None else act_order
+    g_idx = None
+    if use_act and group_size != -1 and g > 1:
+        g_idx = (rng.permutation(k) // group_size).astype(np.int32)
+    return QuantizedWeight(q, scales, zeros, g_idx, bits, group_size)
+
+
+class TestRoundTrip:
+    @SETTINGS
+    @given(quantized())
+    def test_unpack_inverts_pack(self, qw):
+        back = layout.unpack(layout.pack(qw))
+        assert back.equals(qw)
+
+    @SETTINGS
+    @given(quantized())
+    def test_packed_shapes_and_dtypes(self, qw):
+        mw = layout.pack(qw)
+        assert mw.qweight.dtype == np.int32
+        assert mw.qweight.shape == (qw.k // 16, qw.n * 16 * qw.bits // 32)
+        assert mw.scales.shape == qw.scales.shape and mw.scales.dtype == np.float16
+        if qw.zeros is None:
+            assert mw.zeros is None
+        else:
+            assert mw.zeros.shape == (qw.num_groups, qw.n * qw.bits // 32)
+        assert (mw.perm is None) == (qw.g_idx is None)
+
+    @SETTINGS
+    @given(quantized(act_order=True))
+    def test_act_order_rows_sorted_by_group(self, qw):
+        assume(qw.g_idx is not None)  # a single group makes act-order meaningless (stored as None)
+        mw = layout.pack(qw)
+        groups = qw.g_idx[mw.perm]
+        assert np.all(np.diff(groups) >= 0)
+
+
+class TestPermutationsAreBijections:
+    @pytest.mark.parametrize("bits", [4, 8])
+    def test_fragment_perm(self, bits):
+        p = layout.fragment_perm(bits)
+        assert sorted(p.tolist()) == list(range(1024))
+
+    def test_scale_perms(self):
+        assert sorted(layout.scale_perm_grouped().tolist()) == list(range(64))
+        assert sorted(layout.scale_perm_channel().tolist()) == list(range(32))
+
+
+def _nibble(word, i):
+    return (int(word) >> (4 * i)) & 0xF
+
+
+class TestFragmentSemantics:
+    """What the kernel assumes of each lane's 16-byte load, checked element by element.
+
+    PTX ISA, mma.m16n8k16 (f16): the B fragment of lane l holds b0,b1 at rows 2t, 2t+1 and
+    b2,b3 at rows 2t+8, 2t+9 of column g, with t = l % 4, g = l // 4. The kernel dequantizes
+    int32 word j of lane l (tile j of the 16x64 block) with lop3: nibbles (0,4) -> b0,b1 of the
+    first n8 half, (1,5) -> b2,b3, and after >> 8 nibbles (2,6), (3,7) -> the second n8 half.
+    """
+
+    def test_4bit_lane_words(self):
+        rng = np.random.default_rng(0)
+        k, n = 32, 128
+        q = rng.integers(0, 16, size=(k, n), dtype=np.uint8)
+        qweight = layout.pack_codes(q, 4)                    # [K/16, 2N]
+        where = {0: (0, 0), 4: (1, 0), 1: (8, 0), 5: (9, 0),  # nibble -> (row offset, n8 half)
+                 2: (0, 1), 6: (1, 1), 3: (8, 1), 7: (9, 1)}
+        for kt in range(k // 16):
+            for blk in range(n // 64):
+                for lane in range(32):
+                    t, g = lane % 4, lane // 4
+                    for j in range(4):
+                        word = qweight[kt, blk * 128 + lane * 4 + j]
+                        for nib, (roff, half) in where.items():
+                            row = 16 * kt + 2 * t + roff
+                            col = 64 * blk + 16 * j + 8 * half + g
+                            assert _nibble(word, nib) == q[row, col], (kt, blk, lane, j, nib)
+
+    def test_grouped_scales_one_load_per_lane(self):
+        # Lane l reads 8 consecutive scales at 8*(l//4) in each 64 columns: columns l//4 + 8j.
+        s = np.arange(128, dtype=np.float16)[None, :]
+        sp = layout.pack_scales(s, 128, 1024)
+        for blk in range(2):
+            for g in range(8):
+                got = sp[0, 64 * blk + 8 * g: 64 * blk + 8 * g + 8]
+                assert np.array_equal(got, s[0, 64 * blk + g + 8 * np.arange(8)])
+
+    def test_channel_scales_match_accumulator_columns(self):
+        # Accumulator c0,c1 of lane l sit at columns 2t, 2t+1 of each n8 block (t = l % 4).
+        s = np.arange(64, dtype=np.float16)[None, :]
+        sp = layout.pack_scales(s, -1, 128)
+        for blk in range(2):
+            for t in range(4):
+                got = sp[0, 32 * blk + 8 * t: 32 * blk + 8 * t + 8]
+                cols = 32 * blk + 2 * t + np.array([0, 1, 8, 9, 16, 17, 24, 25])
+                assert np.array_equal(got, s[0, cols])
+
+    def test_zero_points_one_word_per_lane(self):
+        rng = np.random.default_rng(1)
+        z = rng.integers(0, 16, size=(2, 128), dtype=np.uint8)
+        zp = layout.pack_zeros(z, 4)                          # [2, 16]
+        order = [0, 2, 4, 6, 1, 3, 5, 7]                       # nibble p holds column g + 8*order[p]
+        for grp in range(2):
+            for blk in range(2):
+                for g in range(8):
+                    word = zp[grp, 8 * blk + g]
+                    for p in range(8):
+                        assert _nibble(word, p) == z[grp, 64 * blk + g + 8 * order[p]]
+
+
+class TestBadInputs:
+    def test_k_not_multiple_of_16(self):
+        qw = QuantizedWeight(np.zeros((40, 64), np.uint8), np.ones((1, 64), np.float16), None,
+                             None, 4, -1)
+        with pytest.raises(ValueError, match="K=40"):
+            layout.pack(qw)
+
+    def test_n_not_multiple_of_64(self):
+        qw = QuantizedWeight(np.zeros((128, 96), np.uint8), np.ones((1, 96), np.float16), None,
+                             None, 4, 128)
+        with pytest.raises(ValueError, match="N=96"):
+            layout.pack(qw)
+
+    def test_uneven_act_order_groups(self):
+        g_idx = np.zeros(128, np.int32)
+        g_idx[:10] = 1  # group 0 has 118 rows, group 1 has 10
+        qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.ones((2, 64), np.float16), None,
+                             g_idx, 4, 64)
+        with pytest.raises(ValueError, match="exactly group_size=64"):
+            layout.pack(qw)

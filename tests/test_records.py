@@ -1,0 +1,129 @@
+"""``records.validate_record`` accepts the DESIGN.md s.8 minimum and names every violation."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from marlin_cupy import records
+
+
+def bench_record():
+    return {
+        "kind": "bench", "date": "2026-11-29T20:00:00+00:00", "git_commit": "abc123",
+        "device": {"name": "NVIDIA H200", "sms": 132}, "copy_bandwidth_GBps": 4280.0,
+        "group_size": 128,
+        "rows": [{"set": "llama2-70b", "provider": "marlin", "m": 16, "k": 8192, "n": 10240,
+                  "median_us": 25.5, "config": "t256_m1_n8_k8_s4"},
+                 {"set": "llama2-70b", "provider": "cublas-fp16", "m": 16, "k": 8192, "n": 10240,
+                  "median_us": 60.0, "config": None}],
+    }
+
+
+def device_check_record():
+    return {
+        "kind": "device_check", "date": "2026-11-29T20:00:00Z", "git_commit": "unknown",
+        "device": {"name": "NVIDIA H200", "sms": 132},
+        "pytest": {"passed": 10, "failed": 0, "skipped": 1, "errors": 0},
+        "sanitizer": {"memcheck_errors": 0, "racecheck_errors": 0},
+    }
+
+
+@pytest.mark.parametrize("make", [bench_record, device_check_record])
+def test_valid_records_pass(make):
+    records.validate_record(make())
+
+
+def test_sanitizer_may_be_null():
+    rec = device_check_record()
+    rec["sanitizer"] = None
+    records.validate_record(rec)
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("date",), "yesterday", "date: expected an ISO-8601"),
+    (("git_commit",), "", "git_commit: expected a commit sha"),
+    (("device", "sms"), 132.0, "device.sms: expected an int"),
+    (("device", "name"), None, "device.name: expected a string"),
+    (("copy_bandwidth_GBps",), float("nan"), "copy_bandwidth_GBps: expected a finite number"),
+    (("group_size",), "128", "group_size: expected an int"),
+    (("rows",), [], "rows: expected a non-empty list"),
+])
+def test_bench_ill_typed_fields_are_named(path, value, message):
+    rec = bench_record()
+    target = rec
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(ValueError, match=message):
+        records.validate_record(rec)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("set", "llama3", "rows\\[1\\].set: expected one of"),
+    ("provider", "cutlass", "rows\\[1\\].provider: expected one of"),
+    ("m", 0, "rows\\[1\\].m: expected a positive int"),
+    ("m", True, "rows\\[1\\].m: expected a positive int"),
+    ("median_us", float("inf"), "rows\\[1\\].median_us: expected a positive finite"),
+    ("config", 3, "rows\\[1\\].config: expected a string or null"),
+])
+def test_bench_row_problems_name_the_row(key, value, message):
+    rec = bench_record()
+    rec["rows"][1][key] = value
+    with pytest.raises(ValueError, match=message):
+        records.validate_record(rec)
+
+
+def test_every_missing_field_is_listed_at_once():
+    rec = device_check_record()
+    del rec["pytest"]["failed"], rec["git_commit"]
+    rec["sanitizer"] = {"memcheck_errors": 0}
+    with pytest.raises(ValueError) as err:
+        records.validate_record(rec)
+    text = str(err.value)
+    for missing in ("git_commit: missing", "pytest.failed: missing",
+                    "sanitizer.racecheck_errors: missing"):
+        assert missing in text, text
+
+
+@pytest.mark.parametrize("rec, message", [
+    ([], "must be a JSON object"),
+    ({"kind": "benchmark"}, "kind 'benchmark' is not one of"),
+])
+def test_unknown_records_are_refused(rec, message):
+    with pytest.raises(ValueError, match=message):
+        records.validate_record(rec)
+
+
+def test_write_json_validates_and_round_trips(tmp_path):
+    rec = bench_record()
+    path = records.write_json(tmp_path / "sub" / "x_bench.json", rec)
+    assert json.loads(path.read_text()) == rec
+    bad = copy.deepcopy(rec)
+    del bad["rows"][0]["median_us"]
+    with pytest.raises(ValueError, match="rows\\[0\\].median_us: missing"):
+        records.write_json(tmp_path / "bad_bench.json", bad)
+    assert not (tmp_path / "bad_bench.json").exists()
+
+
+def test_write_json_converts_numpy_scalars(tmp_path):
+    np = pytest.importorskip("numpy")
+    path = records.write_json(tmp_path / "x.json", {"a": np.float32(1.5), "b": np.arange(3)})
+    assert json.loads(path.read_text()) == {"a": 1.5, "b": [0, 1, 2]}
+
+
+def test_environment_has_the_common_head():
+    env = records.environment()
+    assert records._is_date(env["date"])
+    assert isinstance(env["git_commit"], str) and env["git_commit"]
+    assert env["versions"]["python"]
+    if env["device"] is None:
+        assert env["gpu_unavailable"]
+    else:
+        assert env["device"]["sms"] > 0
+
+
+def test_git_commit_prefers_the_environment(monkeypatch):
+    monkeypatch.setenv("MARLIN_GIT_COMMIT", "0123abcd")
+    assert records.git_commit() == "0123abcd"
