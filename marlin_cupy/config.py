@@ -148,27 +148,48 @@ class KernelConfig:
         return self
 
 
-def _instantiated() -> tuple:
-    cfgs = []
-    for threads, nb, kb in TILE_SHAPES:
-        for mb in range(1, MAX_M_BLOCKS + 1):
-            for g in GROUP_BLOCKS:
-                cfgs.append(KernelConfig(threads, mb, nb, kb, DEFAULT_STAGES, g, True))
-                # The FP16 in-place reduction keeps 64-bit output addresses live; at 48 rows
-                # per warp that spills, so it is offered for 1, 2 and 4 m-blocks only.
-                if mb != 3:
-                    cfgs.append(KernelConfig(threads, mb, nb, kb, DEFAULT_STAGES, g, False))
-    return tuple(c.validate() for c in cfgs)
-
-
-# The configurations we instantiate, test and dispatch to at the default depth. The stage count
-# is a run-time choice on top (``choose_config`` deepens the pipeline where shared memory allows);
-# every listed configuration is compiled for sm_80 and sm_90 in CI and must not spill.
-INSTANTIATED = _instantiated()
-
 # Pipeline depth of the heuristic: on the H200 the measured optimum was 4-6 stages for every
 # tile (benchmarks/NOTES.md); deeper rings buy nothing once the copies are in flight.
 HEURISTIC_STAGES = 6
+
+
+def _instantiated() -> tuple:
+    cfgs = []
+    for threads, nb, kb in TILE_SHAPES:
+        for mb in HEURISTIC_M_BLOCKS:
+            for g in GROUP_BLOCKS:
+                cfgs.append(KernelConfig(threads, mb, nb, kb, HEURISTIC_STAGES, g, True))
+                # The FP16 in-place reduction (never the default) keeps 64-bit output addresses
+                # live and spills at 64 rows on sm_80; it is offered for up to 32 rows.
+                if mb <= 2:
+                    cfgs.append(KernelConfig(threads, mb, nb, kb, HEURISTIC_STAGES, g, False))
+    return tuple(c.validate() for c in cfgs)
+
+
+#: m-block counts the heuristic uses. Three m-blocks (48 rows) keep 96 accumulators per thread
+#: and spill on sm_80, so the heuristic runs 33..48 rows with four (two warps share the rows);
+#: tuned tables may still pick three on devices where it compiles without spilling.
+HEURISTIC_M_BLOCKS = (1, 2, 4)
+
+# The configurations we instantiate, test and dispatch to when no tuned table applies, at the
+# heuristic's depth (it uses fewer stages only where a device's shared memory is short). Every
+# one is compiled for sm_80 and sm_90 in CI and must not spill.
+INSTANTIATED = _instantiated()
+
+
+def tuned_instances() -> dict:
+    """Configs reachable through the shipped tuned tables, by architecture. CI compiles them for
+    their table's architecture; the GPU tests run them all."""
+    import json
+    from pathlib import Path
+    out = {}
+    for path in sorted((Path(__file__).resolve().parent / "tuned").glob("*.json")):
+        table = json.loads(path.read_text())
+        arch = table.get("arch", "sm_90")
+        for e in table.get("entries", []):
+            out.setdefault(arch, set()).add(KernelConfig.from_name(e["config"]))
+    return {arch: tuple(sorted(cfgs, key=lambda c: c.name)) for arch, cfgs in out.items()}
+
 
 #: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M
 #: (M > 64 all run as 64-row slabs, hence one open-ended bucket).
@@ -216,6 +237,7 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
             f"no kernel tile fits N={n}, K={k}: N must be a multiple of 64 and K of 128 (or of 64 "
             f"with N a multiple of 128); pad the layer's features up to those multiples.")
     threads, nb, kb = shape
+    mb = next(b for b in HEURISTIC_M_BLOCKS if b >= mb)
     cfg = KernelConfig(threads, mb, nb, kb, 2, group_blocks_for(group_size, k), True)
     stages = 2
     for s in range(HEURISTIC_STAGES, 1, -1):

@@ -49,7 +49,11 @@ def reload_sources():
 
 
 def warm_instantiated(workers: int = 8, configs=None) -> int:
-    """Fill CuPy's kernel cache with every instantiated configuration (sym and zero-point)."""
-    from .config import INSTANTIATED
-    cfgs = INSTANTIATED if configs is None else configs
+    """Fill CuPy's kernel cache with every dispatchable configuration (sym and zero-point):
+    the instantiated table and the shipped tuned tables."""
+    from .config import INSTANTIATED, tuned_instances
+    if configs is None:
+        cfgs = list(INSTANTIATED) + [c for cs in tuned_instances().values() for c in cs]
+    else:
+        cfgs = configs
     return jit.warm_cache([marlin_source(c, zp) for c in cfgs for zp in (False, True)], workers)

@@ -68,15 +68,40 @@ def load_table(device_name: str) -> dict:
 
 
 def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
-    """The tuned config for a problem, or None. Other group sizes reuse the g128 tile choice."""
-    table = load_table(device_name)
-    bucket = m_bucket(m)
-    for g in (group_size, 128):
-        name = table.get(_key(n, k, g, bucket))
-        if name is not None:
-            cfg = KernelConfig.from_name(name)
-            return cfg.with_(group_blocks=group_blocks_for(group_size, k))
-    return None
+    """The tuned config for a problem, or None (then the heuristic decides).
+
+    Only an entry measured at this group size is used: a tile tuned for g128 can spill or lose
+    its edge at g32, so other group sizes are not guessed from it.
+    """
+    name = load_table(device_name).get(_key(n, k, group_size, m_bucket(m)))
+    return None if name is None else KernelConfig.from_name(name)
+
+
+def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
+    """Whether the instance spills registers: on the current GPU, or compiled offline for ``arch``.
+
+    Spilling configs are never chosen, however they time: spill traffic makes them fragile
+    (another compiler version, another input size) and CI rejects them.
+    """
+    if arch is None:
+        from .ops import kernel_resources
+        return any(kernel_resources(cfg, zp)["spill_bytes"] > 0 for zp in (False, True))
+    from . import jit, kernels
+    return any(r.spills for zp in (False, True)
+               for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch)[1])
+
+
+def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> list:
+    """The fastest allowed config per (N, K, M bucket) among stored measurements."""
+    best = {}
+    for r in measurements:
+        cfg = KernelConfig.from_name(r["config"])
+        key = (r["n"], r["k"], m_bucket(r["m"]))
+        if (key not in best or r["median_us"] < best[key]["median_us"]) and allowed(cfg):
+            best[key] = r
+    return [{"n": n, "k": k, "group_size": group_size, "m_bucket": b, "m": r["m"],
+             "config": r["config"], "median_us": r["median_us"]}
+            for (n, k, b), r in best.items()]
 
 
 def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
@@ -133,23 +158,21 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             for b in buckets:
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                best = None
                 for cfg in candidates(m, n, k, group_size, facts["smem_optin"]):
+                    if spills(cfg):
+                        continue
                     meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
-                    us = meas.stats.median_us
-                    rows.append({"n": n, "k": k, "m": m, "config": cfg.name, "median_us": us})
-                    if best is None or us < best[1]:
-                        best = (cfg, us)
-                entries.append({"n": n, "k": k, "group_size": group_size, "m_bucket": b,
-                                "m": m, "config": best[0].name, "median_us": best[1]})
+                    rows.append({"n": n, "k": k, "m": m, "config": cfg.name,
+                                 "median_us": meas.stats.median_us})
                 if bar is not None:
                     bar.update(1)
             del mws
             cp.get_default_memory_pool().free_all_blocks()
     if bar is not None:
         bar.close()
+    entries = select_entries(rows, group_size)
     env = environment()
-    return {"kind": "tuned_table", "device_name": name, "date": env.get("date"),
+    return {"kind": "tuned_table", "device_name": name, "arch": f"sm_{facts['cc']}", "date": env.get("date"),
             "git_commit": env.get("git_commit"), "versions": env.get("versions"),
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
             "entries": entries, "measurements": rows}
@@ -164,7 +187,29 @@ def main(argv=None) -> int:
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--out", help="write the table here (default: the user cache)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--reselect", metavar="TABLE",
+                   help="re-derive TABLE's entries from its stored measurements, dropping configs "
+                        "that spill when compiled offline for --arch (no GPU needed)")
+    p.add_argument("--arch", default="sm_90", help="architecture for --reselect")
     a = p.parse_args(argv)
+    if a.reselect:
+        path = Path(a.reselect)
+        table = json.loads(path.read_text())
+        verdict = {}
+
+        def allowed(cfg):
+            if cfg.name not in verdict:
+                verdict[cfg.name] = not spills(cfg, a.arch)
+            return verdict[cfg.name]
+
+        table["entries"] = select_entries(table["measurements"], table["entries"][0]["group_size"],
+                                          allowed)
+        table["reselected"] = {"arch": a.arch, "dropped_spilling": sorted(
+            n for n, ok in verdict.items() if not ok)}
+        path.write_text(json.dumps(table, indent=1))
+        print(f"{len(table['entries'])} entries; dropped spilling configs: "
+              f"{table['reselected']['dropped_spilling']}")
+        return 0
     from .records import gpu_unavailable_reason
     reason = gpu_unavailable_reason()
     if reason:

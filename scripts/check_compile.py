@@ -48,6 +48,7 @@ class Target:
     source: str                   # self-contained source (includes inlined)
     entry: str | None = None      # kernel that must be in the cubin, when known
     options: tuple = ()
+    archs: tuple = ()        # compile only for these (empty: every requested architecture)
 
 
 @dataclass
@@ -90,10 +91,18 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    targets = [Target(label=f"config:{cfg.name}", source=marlin_source(cfg),
-                      entry=marlin_entry(cfg) if marlin_entry else None)
-               for cfg in INSTANTIATED]
-    return targets, f"{len(targets)} instantiated configuration(s)"
+    from marlin_cupy.config import tuned_instances
+
+    def target(cfg, zp, archs=()):
+        return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",
+                      source=marlin_source(cfg, zp),
+                      entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs)
+
+    targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
+    tuned = [target(cfg, zp, (arch,)) for arch, cfgs in tuned_instances().items()
+             for cfg in cfgs for zp in (False, True)]
+    return targets + tuned, (f"{len(INSTANTIATED)} instantiated configuration(s) and "
+                             f"{len(tuned) // 2} from tuned tables, sym and zero-point each")
 
 
 def all_targets():
@@ -174,7 +183,8 @@ def _compile_job(args):
 
 def run_checks(targets, archs=DEFAULT_ARCHS, jobs: int = 2, cache_dir=DEFAULT_CACHE) -> list:
     """Compile every (target, arch) pair with a pool of ``jobs`` processes (NVRTC is CPU-bound)."""
-    work = [(t, a, str(cache_dir) if cache_dir else None) for t in targets for a in archs]
+    work = [(t, a, str(cache_dir) if cache_dir else None) for t in targets for a in archs
+            if not t.archs or a in t.archs]
     if jobs <= 1 or len(work) <= 1:
         return [_compile_job(w) for w in work]
     # fork keeps start-up cheap and works when this file was imported under any module name.

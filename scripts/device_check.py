@@ -203,6 +203,11 @@ def stage_pytest(out: Path, budget: Budget) -> tuple:
         return {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}, {"status": "skipped"}
     junit = out / "pytest_gpu.xml"
     junit.unlink(missing_ok=True)
+    # Compile every dispatchable kernel in parallel first; the tests then load them from
+    # CuPy's cache instead of compiling hundreds of instances one after another.
+    warm = [sys.executable, "-c", "import os; from marlin_cupy import kernels; "
+            "print('warmed', kernels.warm_instantiated(os.cpu_count() or 4))"]
+    run_logged(warm, out / "logs" / "warm_cache.log", budget.clamp(240))
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-ra", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *shlex.split(os.environ.get("PYTEST_ARGS", ""))]
     run = run_logged(cmd, out / "logs" / "pytest_gpu.log",

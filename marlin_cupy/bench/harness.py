@@ -1,0 +1,257 @@
+"""How one provider call is timed: CUDA events, L2 rotation, warm-up, statistics, copy bandwidth.
+
+The method (DESIGN.md s.7, and ``.library``'s measurement notes it follows):
+
+* **Events around every call.** Each repetition is bracketed by a pair of CUDA events on the
+  benchmark's stream; we keep the median and the 20th/80th percentiles of those GPU times.
+* **No host overhead in the numbers.** A one-thread spin kernel (``cuda/timing.cu``) is queued
+  first, long enough for the host to enqueue a whole burst of (event, call, event) triples behind
+  it; the calls then run back to back and each event pair brackets GPU work alone. The largest gap
+  between one call's end event and the next call's start event is recorded: a gap of more than a
+  few microseconds means the GPU ran dry and the host's launch cost leaked into a sample.
+* **Weights never L2-resident.** Calls rotate over ``rotation_copies`` independent weight copies,
+  enough that at least ``2 x`` the L2 size (read from the device) of weights is read between two
+  reads of the same weight byte (activations and outputs stay put: in serving they are hot in L2).
+* **Adaptive repetitions.** Warm-up calls estimate the time per call; the repetition count then
+  fills ``budget_ms`` of GPU time, clamped to ``[min_reps, max_reps]``.
+
+Pure helpers (statistics, rotation and repetition counts, the correctness gate's error) come first
+and need no GPU; the GPU parts import CuPy when called.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Gate bounds on ``||out - ref|| / ||ref||`` against the float32 reference. FP16 outputs of an
+#: fp32-accumulating GEMM land near 5e-4 (output rounding plus fp16 weight rounding); 5e-3 leaves
+#: room for fp16 split-K reductions yet rejects a 1% scaling error. bf16 operands and output
+#: (torch-int4) land near 5e-3 (x, scales, dequantized weights and output each round to 8 bits).
+FP16_TOLERANCE = 5e-3
+BF16_TOLERANCE = 2e-2
+
+L2_FACTOR = 2.0               # rotate at least this many L2 sizes between two uses of a copy
+DEFAULT_BUDGET_MS = 50.0      # GPU time per measurement
+DEFAULT_MIN_REPS = 5
+DEFAULT_MAX_REPS = 200
+DEFAULT_WARMUP = 3
+SPIN_MARGIN = 2.0             # the spin lasts this many times the host's enqueue estimate
+SPIN_MAX_US = 20_000.0        # longest spin; a burst holds as many calls as fit behind it
+STARVED_GAP_US = 10.0         # a gap between calls above this means the GPU waited for the host
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stats:
+    """Median and 20th/80th percentiles of a list of per-call GPU times, in microseconds."""
+    median_us: float
+    p20_us: float
+    p80_us: float
+    reps: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(samples_us) -> Stats:
+    """Median, p20 and p80 (linear interpolation between order statistics) of the samples."""
+    a = np.asarray(samples_us, dtype=np.float64)
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        raise ValueError(f"need at least one finite sample; got {a.size} samples "
+                         f"({int(np.sum(~np.isfinite(a)))} non-finite).")
+    p20, p50, p80 = np.percentile(a, [20, 50, 80])
+    return Stats(median_us=float(p50), p20_us=float(p20), p80_us=float(p80), reps=int(a.size))
+
+
+def rotation_copies(weight_bytes: int, l2_bytes: int, cap_bytes: int,
+                    factor: float = L2_FACTOR) -> int:
+    """Weight copies to rotate over so that no weight byte is still in L2 when it is read again.
+
+    Round-robin over ``n`` copies of ``S`` bytes reads ``n * S`` weight bytes between two reads
+    of the same byte (``reuse_bytes``); we ask for ``n * S >= factor * L2``, so
+    ``n = ceil(factor * L2 / S)``: one copy when a single copy already spans ``factor`` L2s.
+    At most ``cap_bytes`` of copies are made (at least one); ``reuse_bytes`` then shows whether
+    the capped rotation still clears the L2.
+    """
+    if weight_bytes <= 0 or l2_bytes < 0:
+        raise ValueError(f"weight_bytes must be positive and l2_bytes non-negative; got "
+                         f"{weight_bytes}, {l2_bytes}.")
+    wanted = max(1, math.ceil(factor * l2_bytes / weight_bytes))
+    return max(1, min(wanted, cap_bytes // weight_bytes))
+
+
+def reuse_bytes(copies: int, weight_bytes: int) -> int:
+    """Weight bytes read between two reads of the same weight byte, rotating over ``copies``."""
+    return copies * weight_bytes
+
+
+def reps_for_budget(estimate_us: float, budget_ms: float, min_reps: int, max_reps: int) -> int:
+    """Repetitions that fill ``budget_ms`` of GPU time at ``estimate_us`` per call, clamped."""
+    if min_reps < 1 or max_reps < min_reps:
+        raise ValueError(f"need 1 <= min_reps <= max_reps; got min_reps={min_reps}, max_reps={max_reps}.")
+    if not estimate_us > 0:
+        return max_reps
+    return int(min(max_reps, max(min_reps, budget_ms * 1e3 // estimate_us)))
+
+
+def relative_error(out, ref) -> float:
+    """``||out - ref||_F / ||ref||_F`` computed in float32 on the arrays' own device.
+
+    Any NaN or infinity in ``out`` (an unwritten, poisoned element, say) gives ``inf``, so it can
+    never pass a gate.
+    """
+    xp = np if isinstance(ref, np.ndarray) else _cupy()
+    diff = out.astype(xp.float32) - ref.astype(xp.float32)
+    num = float(xp.sqrt(xp.sum(diff.astype(xp.float64) ** 2)))
+    den = float(xp.sqrt(xp.sum(ref.astype(xp.float64) ** 2)))
+    if not math.isfinite(num) or den == 0.0:
+        return math.inf
+    return num / den
+
+
+def gate_passes(error: float, tolerance: float) -> bool:
+    return math.isfinite(error) and error <= tolerance
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+# ---------------------------------------------------------------------------------------------
+# The device
+# ---------------------------------------------------------------------------------------------
+
+def gpu_unavailable_reason():
+    """``None`` when CuPy sees a CUDA device, else a sentence saying why not."""
+    from .. import records
+    return records.gpu_unavailable_reason()
+
+
+def gpu_clocks():
+    """Current SM and memory clocks in MHz from ``nvidia-smi`` (``None`` where it is absent)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        sm, mem = (int(v.strip()) for v in out.stdout.strip().splitlines()[0].split(","))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    return {"sm_mhz": sm, "mem_mhz": mem}
+
+
+@contextlib.contextmanager
+def bench_stream(torch=None):
+    """A fresh non-blocking stream, current for CuPy and (when ``torch`` is given) for PyTorch.
+
+    Every provider, the events and the spin kernel then share one stream, so torch's kernels are
+    timed exactly like CuPy's.
+    """
+    import cupy as cp
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        if torch is None:
+            yield stream
+        else:
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+                yield stream
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Measurement:
+    stats: Stats
+    max_gap_us: float          # largest idle gap between consecutive calls (see module docstring)
+    host_us: float             # host time to enqueue one call, as measured in warm-up
+
+    @property
+    def starved(self) -> bool:
+        return self.max_gap_us > STARVED_GAP_US
+
+
+class Timer:
+    """Times ``call(i)`` (which launches one provider call on weight copy ``i``) on ``stream``."""
+
+    def __init__(self, stream, budget_ms=DEFAULT_BUDGET_MS, min_reps=DEFAULT_MIN_REPS,
+                 max_reps=DEFAULT_MAX_REPS, warmup=DEFAULT_WARMUP):
+        import cupy as cp
+        from .. import jit
+        self.cp = cp
+        self.stream = stream
+        self.budget_ms, self.min_reps, self.max_reps, self.warmup = budget_ms, min_reps, max_reps, warmup
+        self._spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
+        self._events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(max(max_reps, warmup, 1))]
+
+    def spin(self, us: float) -> None:
+        """Hold the stream busy for ``us`` microseconds."""
+        self._spin((1,), (1,), (np.uint64(int(us * 1000)),))
+
+    def measure(self, call, copies: int) -> Measurement:
+        """Warm up, choose the repetition count from the budget, and time the calls."""
+        # Warm-up: compiles, loads, creates handles; each call is also timed (on an idle GPU, so
+        # including launch cost: an upper bound, fine for choosing the repetition count) and its
+        # host enqueue time is read (host work only: the call returns before the GPU finishes).
+        host, gpu = [], []
+        for i in range(max(1, self.warmup)):
+            start, end = self._events[i]
+            t0 = time.perf_counter()
+            start.record(self.stream)
+            call(i % copies)
+            end.record(self.stream)
+            host.append((time.perf_counter() - t0) * 1e6)
+            end.synchronize()
+            gpu.append(self.cp.cuda.get_elapsed_time(start, end) * 1e3)
+        host_us = min(host)
+        reps = reps_for_budget(min(gpu), self.budget_ms, self.min_reps, self.max_reps)
+        samples, max_gap = self._run(call, copies, reps, host_us, first=self.warmup)
+        return Measurement(summarize(samples), max_gap, host_us)
+
+    def _run(self, call, copies, reps, host_us, first=0):
+        """``reps`` calls in bursts, each queued behind a spin that outlasts its enqueueing."""
+        per_burst = max(1, min(len(self._events), int(SPIN_MAX_US / (SPIN_MARGIN * max(host_us, 1.0)))))
+        samples, max_gap, i = [], 0.0, first
+        while len(samples) < reps:
+            burst = self._events[:min(per_burst, reps - len(samples))]
+            self.spin(min(SPIN_MAX_US, SPIN_MARGIN * host_us * len(burst) + 50.0))
+            for start, end in burst:
+                start.record(self.stream)
+                call(i % copies)
+                end.record(self.stream)
+                i += 1
+            burst[-1][1].synchronize()
+            elapsed = self.cp.cuda.get_elapsed_time
+            samples += [elapsed(s, e) * 1e3 for s, e in burst]
+            gaps = [elapsed(burst[j][1], burst[j + 1][0]) * 1e3 for j in range(len(burst) - 1)]
+            max_gap = max([max_gap, *gaps])
+        return samples, max_gap
+
+
+def copy_bandwidth(timer: Timer, nbytes: int = 1 << 30):
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written.
+
+    ``nbytes`` (1 GiB) is far past any L2; returns ``(GB/s, Measurement)`` from the median.
+    """
+    cp = timer.cp
+    src = cp.random.randint(0, 256, size=nbytes, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+
+    def call(_):
+        dst.data.copy_from_device_async(src.data, nbytes, timer.stream)
+
+    result = timer.measure(call, copies=1)
+    del src, dst
+    return 2 * nbytes / (result.stats.median_us * 1e-6) / 1e9, result

@@ -1,0 +1,119 @@
+"""What the benchmark measures: the layer shapes of DESIGN.md s.7 and the batch sizes.
+
+Shapes are ``(K, N)`` per linear layer of one transformer block, ``y = x @ W`` with ``W [K, N]``
+(K = in_features, N = out_features). Nothing here touches the GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Linear layers of one transformer block: (K, N) for qkv, o, gate+up, down.
+SHAPE_SETS = {
+    "llama2-7b": ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096)),
+    "llama2-13b": ((5120, 15360), (5120, 5120), (5120, 27648), (13824, 5120)),
+    "llama2-70b": ((8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192)),
+}
+IDEAL = "ideal"
+CUSTOM = "custom"
+#: Sets selectable by name, in the order the report lists them.
+SET_NAMES = (*SHAPE_SETS, IDEAL)
+DEFAULT_SETS = SET_NAMES
+DEFAULT_BATCHES = tuple(2 ** i for i in range(11))      # 1, 2, 4, ..., 1024
+DEFAULT_GROUP_SIZE = 128
+GROUP_SIZES = (32, 64, 128, -1)                          # weights.SUPPORTED_GROUP_SIZES
+
+
+def ideal_shape(sms: int) -> tuple:
+    """The shape that gives every SM equal work in Marlin's original benchmark: (4*256*SMs, 256*SMs)."""
+    if sms <= 0:
+        raise ValueError(f"the SM count must be positive; got {sms}.")
+    return (4 * 256 * sms, 256 * sms)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One linear layer to measure: which set it belongs to, its index there, and its shape."""
+    set: str
+    index: int
+    k: int
+    n: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.set}[{self.index}] {self.k}x{self.n}"
+
+
+def parse_batches(text: str) -> tuple:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: positive ints, comma separated, duplicates removed, order kept."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"expected comma-separated positive batch sizes such as 1,2,4,8; got {text!r}.")
+    out = []
+    for t in items:
+        try:
+            v = int(t)
+        except ValueError:
+            raise ValueError(f"batch size {t!r} is not an integer (in {text!r}); write e.g. 1,2,4,8.") from None
+        if v <= 0:
+            raise ValueError(f"batch size {v} is not positive (in {text!r}).")
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def parse_shapes(text: str) -> tuple:
+    """``"4096,4096;8192,1024"`` -> ``((4096, 4096), (8192, 1024))``: ``K,N`` pairs separated by ``;``."""
+    pairs = [p.strip() for p in str(text).split(";") if p.strip()]
+    if not pairs:
+        raise ValueError(f"expected K,N pairs separated by ';' (e.g. \"4096,4096;8192,1024\"), "
+                         f"got {text!r}.")
+    shapes = []
+    for p in pairs:
+        parts = [t.strip() for t in p.split(",")]
+        if len(parts) != 2:
+            raise ValueError(f"{p!r} is not a K,N pair (it has {len(parts)} fields); write "
+                             f"pairs like \"4096,4096\" and separate pairs with ';'.")
+        try:
+            k, n = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise ValueError(f"{p!r} holds a non-integer; K and N must be positive integers.") from None
+        if k <= 0 or n <= 0:
+            raise ValueError(f"{p!r} has a non-positive size; K and N must be positive.")
+        shapes.append((k, n))
+    return tuple(shapes)
+
+
+def parse_sets(text: str) -> tuple:
+    """``"llama2-7b,ideal"`` -> ``("llama2-7b", "ideal")``, each a known set name."""
+    names = [t.strip() for t in str(text).split(",") if t.strip()]
+    unknown = [s for s in names if s not in SET_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown shape set(s) {unknown or [text]}; choose from {', '.join(SET_NAMES)} "
+                         f"(or give custom shapes with --shapes).")
+    return tuple(dict.fromkeys(names))
+
+
+def check_shape(k: int, n: int, group_size: int) -> None:
+    """The harness's own needs: K a multiple of 16 (Marlin tiles, GPTQ words) and of the group size.
+
+    Providers add their own limits (Marlin needs N a multiple of 64, for example) and skip a shape
+    they cannot run, with the reason recorded.
+    """
+    if k % 16:
+        raise ValueError(f"K={k} is not a multiple of 16; every provider here packs weights in "
+                         f"16-row tiles or 8-row words. Pad K up to a multiple of 16.")
+    if group_size != -1 and k % group_size:
+        raise ValueError(f"K={k} is not a multiple of group_size={group_size}; choose a group size "
+                         f"that divides K, or -1 for one group spanning K.")
+
+
+def resolve_layers(sets, custom, sms: int, group_size: int) -> list:
+    """The layers of the named sets (``ideal`` from the SM count) followed by the custom shapes."""
+    layers = []
+    for name in sets:
+        shapes = (ideal_shape(sms),) if name == IDEAL else SHAPE_SETS[name]
+        layers += [Layer(name, i, k, n) for i, (k, n) in enumerate(shapes)]
+    layers += [Layer(CUSTOM, i, k, n) for i, (k, n) in enumerate(custom or ())]
+    for layer in layers:
+        check_shape(layer.k, layer.n, group_size)
+    return layers

@@ -1,0 +1,219 @@
+"""The benchmark harness on a GPU: a tiny sweep end to end, every provider's product against the
+reference, the gate rejecting a wrong provider, and the timer against a known GPU time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import marlin_cupy as mc
+from marlin_cupy import QuantizedWeight, baselines, records
+from marlin_cupy.bench import harness, providers, report, shapes
+from marlin_cupy.bench.sweep import SweepOptions, run_sweep
+from marlin_cupy.bench.workload import QuantizedLayer
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+
+LAYER = shapes.Layer("custom", 0, 2048, 1024)
+TINY = SweepOptions(batches=(1, 16), budget_ms=2.0, min_reps=3, max_reps=20, warmup=2,
+                    cooldown_s=0.0, copy_bandwidth_bytes=1 << 26, progress=False)
+
+
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _magnitudes(out, ref) -> str:
+    diff = cp.abs(out.astype(cp.float32) - ref)
+    return (f"max|diff|={float(diff.max()):.3g} mean|diff|={float(diff.mean()):.3g} "
+            f"max|ref|={float(cp.abs(ref).max()):.3g} mean|ref|={float(cp.abs(ref).mean()):.3g}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny sweep, end to end
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_record():
+    return run_sweep([LAYER], providers.make_providers(providers.PROVIDER_NAMES), TINY)
+
+
+def test_tiny_sweep_writes_a_valid_record(tiny_record, tmp_path):
+    rec = tiny_record
+    records.validate_record(rec)
+    assert rec["failed"] == [], rec["failed"]
+    assert rec["aborted"] is None
+    assert rec["copy_bandwidth_GBps"] > 100
+    path = records.write_json(tmp_path / "tiny_bench.json", rec)
+    written = report.write_report(report.load(path), path)
+    assert all(p.exists() and p.stat().st_size > 0 for p in written)
+
+
+def test_every_available_provider_has_a_row_or_a_reason(tiny_record):
+    rec = tiny_record
+    for label, info in rec["providers"].items():
+        for m in TINY.batches:
+            rows = [r for r in rec["rows"] if r["label"] == label and r["m"] == m]
+            skips = [s for s in rec["skipped"] if s["label"] == label and s["m"] == m]
+            assert len(rows) + len(skips) == 1, (label, m, rows, skips)
+            if not info["available"]:
+                assert skips and skips[0]["reason"] == info["reason"]
+    # The providers that need nothing beyond CuPy always run.
+    for label in ("marlin", "cublas-fp16", "naive-dequant-gemm", "naive-fused"):
+        assert {r["m"] for r in rec["rows"] if r["label"] == label} == set(TINY.batches), label
+
+
+def test_rows_carry_consistent_statistics(tiny_record):
+    l2 = tiny_record["device"]["l2_bytes"]
+    for r in tiny_record["rows"]:
+        assert 0 < r["p20_us"] <= r["median_us"] <= r["p80_us"], r
+        assert TINY.min_reps <= r["reps"] <= TINY.max_reps
+        assert r["reuse_bytes"] >= TINY.l2_factor * l2          # weights never L2-resident
+        assert r["error"] <= r["tolerance"]
+        assert r["tflops"] > 0 and r["gbps"] > 0 and r["pct_copy_bw"] > 0
+        if r["provider"] == "marlin":
+            assert r["config"] and r["registers"] and r["spill_bytes"] == 0
+        if r["provider"] in ("cublas-fp16", "torch-fp16", "marlin"):
+            assert r["speedup"] is not None and r["baseline"] in ("cublas-fp16", "torch-fp16")
+
+
+def test_summary_sums_the_one_layer(tiny_record):
+    rows = {(r["label"], r["m"]): r for r in tiny_record["rows"]}
+    for e in tiny_record["summary"]:
+        row = rows[(e["label"], e["m"])]
+        assert e["time_us"] == pytest.approx(row["median_us"])
+        if e["summed_speedup"] is not None:
+            assert e["summed_speedup"] == pytest.approx(row["speedup"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Every provider computes x @ W
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("group_size", [128, -1])
+def test_every_provider_matches_the_reference(group_size):
+    torch = _torch_or_none()
+    layer = QuantizedLayer(1536, 768, group_size, seed=11)
+    x = cp.random.RandomState(12).standard_normal((33, 1536), dtype=cp.float32).astype(cp.float16)
+    ref = layer.reference(x)
+    # The reference itself, against float64 on the host.
+    w64 = layer.dequantized(dtype=cp.float32).get().astype(np.float64)
+    ref64 = x.get().astype(np.float64) @ w64
+    assert harness.relative_error(ref.get(), ref64.astype(np.float32)) < 1e-5
+    checked = []
+    with harness.bench_stream(torch) as stream:
+        for p in providers.make_providers(providers.PROVIDER_NAMES):
+            if p.unavailable_reason() is not None:
+                continue
+            try:
+                p.prepare(layer, copies=2)
+            except providers.Skip:
+                continue
+            for m in (1, 7, 33):
+                bound = p.bind(x[:m])
+                for i in (0, 1):                       # both rotation copies hold the same weights
+                    bound.poison()
+                    bound.call(i)
+                    stream.synchronize()
+                    out = bound.output()
+                    err = harness.relative_error(out, ref[:m])
+                    assert err <= p.tolerance, f"{p.label} m={m} copy {i}: error {err:.3g}; " + _magnitudes(out, ref[:m])
+            p.release()
+            checked.append(p.label)
+    assert {"marlin", "cublas-fp16", "naive-dequant-gemm", "naive-fused"} <= set(checked)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128, -1])
+@pytest.mark.parametrize("m", [1, 5, 17, 40])
+def test_naive_kernels_match_float64(group_size, m):
+    rng = np.random.default_rng(m * 100 + group_size)
+    k, n = 512, 200                                   # N not a multiple of the block: column guard
+    qw = mc.quantize(rng.standard_normal((k, n)), bits=4, group_size=group_size, sym=True)
+    x = rng.standard_normal((m, k)).astype(np.float16)
+    ref = x.astype(np.float64) @ qw.dequantize().astype(np.float64)                 # [M, N]
+    qweight, scales = (cp.asarray(a) for a in baselines.from_quantized(qw))
+    w = baselines.dequantize(qweight, scales, group_size)
+    assert np.array_equal(w.get().view(np.uint16), qw.dequantize().astype(np.float16).view(np.uint16))
+    xd = cp.asarray(x)
+    for name, out in (("fused", baselines.fused_matmul(xd, qweight, scales, group_size)),
+                      ("dequant+gemm", baselines.dequant_matmul(xd, qweight, scales, group_size))):
+        err = harness.relative_error(out.get(), ref.astype(np.float32))
+        assert err < 1e-3, f"{name}: {err:.3g}"
+
+
+def test_workload_marlin_weight_is_pack_of_the_whole_matrix():
+    layer = QuantizedLayer(512, 1024, 128, seed=3)
+    mw = layer.marlin()
+    assert not layer.packed_whole
+    whole = mc.pack(QuantizedWeight(np.tile(layer.codes_host, (1, 1024 // layer.period)),
+                                    layer.scales.get(), None, None, 4, 128))
+    assert np.array_equal(mw.qweight.get(), whole.qweight)
+    assert np.array_equal(mw.scales.get().view(np.uint16), whole.scales.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate: a fast wrong kernel never gets a row
+# ---------------------------------------------------------------------------------------------
+
+def _scaled(base):
+    """A provider that returns ``base``'s product times 1.01: a 1% error, fast and wrong."""
+    class Scaled(base):
+        @property
+        def label(self):
+            return f"{self.name} x1.01"
+
+        def bind(self, x):
+            bound = super().bind(x)
+            inner = bound.call
+
+            def call(i):
+                inner(i)
+                bound.output()[...] *= 1.01
+            bound.call = call
+            return bound
+    return Scaled()
+
+
+def test_a_wrong_provider_is_rejected_and_produces_no_row():
+    wrong = [_scaled(providers.CublasFP16), _scaled(providers.NaiveDequantGemm)]
+    rec = run_sweep([LAYER], [providers.CublasFP16(), *wrong], TINY)
+    labels = {p.label for p in wrong}
+    assert not [r for r in rec["rows"] if r["label"] in labels]
+    assert not [e for e in rec["summary"] if e["label"] in labels]
+    failed = {(f["label"], f["m"]): f for f in rec["failed"]}
+    for label in labels:
+        for m in TINY.batches:
+            f = failed[(label, m)]
+            assert f["reason"].startswith("gate: relative error")
+            assert f["rel_error"] == pytest.approx(0.01, rel=0.1)
+    # The honest baseline is still measured, and is its own baseline.
+    assert {r["m"] for r in rec["rows"] if r["label"] == "cublas-fp16"} == set(TINY.batches)
+    assert all(r["speedup"] == 1.0 for r in rec["rows"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The timer
+# ---------------------------------------------------------------------------------------------
+
+def test_timer_reads_a_known_gpu_time():
+    with harness.bench_stream() as stream:
+        timer = harness.Timer(stream, budget_ms=10.0, min_reps=5, max_reps=40, warmup=2)
+        result = timer.measure(lambda i: timer.spin(200.0), copies=3)
+    assert 199.0 <= result.stats.median_us <= 215.0, result
+    assert not result.starved, result
+
+
+def test_timer_excludes_host_launch_overhead():
+    """A ~5 us kernel timed back to back: host launch cost (tens of us in Python) stays out."""
+    a = cp.ones(1 << 16, dtype=cp.float32)
+    with harness.bench_stream() as stream:
+        timer = harness.Timer(stream, budget_ms=5.0, min_reps=50, max_reps=100, warmup=3)
+        result = timer.measure(lambda i: timer.spin(5.0), copies=1)
+    assert result.stats.median_us < 12.0, result
+    assert not result.starved, result
+    del a
