@@ -44,6 +44,7 @@ class KernelConfig:
     stages: int = DEFAULT_STAGES
     group_blocks: int = 8
     fp32_reduce: bool = True
+    blocks_per_sm: int = 1       # CTAs resident per SM (more warps to hide latency when small)
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -76,10 +77,11 @@ class KernelConfig:
     def name(self) -> str:
         g = "c" if self.group_blocks == -1 else str(self.group_blocks)
         red = "fp32" if self.fp32_reduce else "fp16"
+        occ = f"_b{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{occ}")
 
-    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)$")
+    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -87,10 +89,11 @@ class KernelConfig:
         if not m:
             raise ValueError(f"{name!r} is not a config name; expected the form "
                              f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
-                             f"per-channel scales; last part: fp32 or fp16 global reduction).")
-        t, mb, nb, kb, st, g, red = m.groups()
+                             f"per-channel scales; then fp32 or fp16 global reduction; optional "
+                             f"_b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
-                   red == "fp32")
+                   red == "fp32", int(occ) if occ else 1)
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -128,6 +131,9 @@ class KernelConfig:
                             f"of the {kw} warps along K")
         if self.stages < 2:
             errs.append(f"stages={self.stages} must be at least 2")
+        if self.blocks_per_sm not in (1, 2, 3, 4) or self.blocks_per_sm * self.threads > 1024:
+            errs.append(f"blocks_per_sm={self.blocks_per_sm} must be 1..4 with at most 1024 "
+                        f"threads per SM")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -139,6 +145,10 @@ class KernelConfig:
         errs = self.problems()
         if smem_limit is not None and not errs:
             need = self.smem_bytes(has_zp)
+            if self.blocks_per_sm > 1 and self.blocks_per_sm * (need + 1024) > smem_limit + 1024:
+                errs.append(f"{self.blocks_per_sm} CTAs per SM need {self.blocks_per_sm} x {need} "
+                            f"bytes of shared memory (plus 1 KiB each reserved), more than the "
+                            f"{smem_limit + 1024} an SM has; use fewer stages or blocks_per_sm=1")
             if need > smem_limit:
                 errs.append(f"needs {need} bytes of shared memory, the device allows {smem_limit} "
                             f"per block; use fewer stages (each costs "

@@ -18,7 +18,7 @@ def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
              f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
              f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}")
     return (
-        f'extern "C" __global__ void __launch_bounds__({cfg.threads}, 1)\n'
+        f'extern "C" __global__ void __launch_bounds__({cfg.threads}, {cfg.blocks_per_sm})\n'
         f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"
         f"    int4* C, float4* scratch, int* locks, int prob_m, int prob_n, int prob_k,\n"
         f"    int parallel) {{\n"

@@ -95,6 +95,13 @@ def _kernel(cfg: KernelConfig, has_zp: bool):
     return ker
 
 
+def resident_ctas(cfg: KernelConfig, has_zp: bool = False) -> int:
+    """CTAs of this compiled instance that fit on one SM at once (occupancy calculator)."""
+    from cupy_backends.cuda.api import driver
+    return driver.occupancyMaxActiveBlocksPerMultiprocessor(
+        _kernel(cfg, has_zp).kernel.ptr, cfg.threads, cfg.smem_bytes(has_zp))
+
+
 def kernel_resources(cfg: KernelConfig, has_zp: bool = False) -> dict:
     """Registers, spills and shared memory of the compiled instance on the current device."""
     ker = _kernel(cfg, has_zp)
@@ -191,10 +198,19 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
     units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
+    kernel = _kernel(cfg, has_zp)
     # Every CTA must be resident at once (CTAs wait on each other's partial sums), so the grid
-    # never exceeds one CTA per SM.
-    grid = min(units, facts["sms"] if max_ctas is None else min(max_ctas, facts["sms"]))
-    return Plan(cfg, _kernel(cfg, has_zp), grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
+    # never exceeds what the hardware keeps resident: blocks_per_sm CTAs per SM, as far as the
+    # occupancy calculator confirms for this compiled kernel.
+    resident = resident_ctas(cfg, has_zp)
+    if resident < 1:
+        raise ValueError(f"config {cfg.name} cannot launch on this device (no CTA fits an SM: "
+                         f"{kernel.num_regs} registers x {cfg.threads} threads, "
+                         f"{cfg.smem_bytes(has_zp)} bytes of shared memory).")
+    per_sm = min(cfg.blocks_per_sm, resident)
+    cap = facts["sms"] * per_sm
+    grid = min(units, cap if max_ctas is None else min(max_ctas, cap))
+    return Plan(cfg, kernel, grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
                 grid * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None):

@@ -30,6 +30,8 @@ from .config import (KernelConfig, MAX_M_BLOCKS, group_blocks_for, m_bucket, M_B
 TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 16),
                (256, 8, 16), (256, 32, 8), (128, 4, 8))
 TUNE_STAGES = (3, 4, 6, 8)
+#: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
+TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
 BUCKET_M = {16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
 
@@ -84,8 +86,10 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
     (another compiler version, another input size) and CI rejects them.
     """
     if arch is None:
-        from .ops import kernel_resources
-        return any(kernel_resources(cfg, zp)["spill_bytes"] > 0 for zp in (False, True))
+        from .ops import device_facts, kernel_resources
+        limit = device_facts()["smem_optin"]
+        return any(kernel_resources(cfg, zp)["spill_bytes"] > 0 for zp in (False, True)
+                   if cfg.smem_bytes(zp) <= limit)
     from . import jit, kernels
     return any(r.spills for zp in (False, True)
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch)[1])
@@ -109,13 +113,18 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
     g = group_blocks_for(group_size, k)
     out = []
     for threads, nb, kb in TUNE_SHAPES:
-        for st in TUNE_STAGES:
-            cfg = KernelConfig(threads, mb, nb, kb, st, g, True)
-            if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+        for blocks, stages in TUNE_BLOCKS_PER_SM:
+            if blocks > 1 and mb > 2:
                 continue
-            if cfg.smem_bytes(False) > smem_limit:
-                continue
-            out.append(cfg)
+            for st in stages:
+                cfg = KernelConfig(threads, mb, nb, kb, st, g, True, blocks)
+                if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+                    continue
+                try:
+                    cfg.validate(smem_limit)
+                except ValueError:
+                    continue
+                out.append(cfg)
     return out
 
 
@@ -138,7 +147,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
                                                            facts["smem_optin"])}
-    jit.warm_cache([kernels.marlin_source(c) for c in all_cfgs], workers=os.cpu_count() or 4)
+    jit.warm_cache([kernels.marlin_source(c, zp) for c in all_cfgs for zp in (False, True)],
+                   workers=os.cpu_count() or 4)
     entries, rows = [], []
     try:
         from tqdm import tqdm
@@ -159,7 +169,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                 for cfg in candidates(m, n, k, group_size, facts["smem_optin"]):
-                    if spills(cfg):
+                    if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
                     rows.append({"n": n, "k": k, "m": m, "config": cfg.name,
