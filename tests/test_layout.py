@@ -153,3 +153,20 @@ class TestBadInputs:
                              g_idx, 4, 64)
         with pytest.raises(ValueError, match="exactly group_size=64"):
             layout.pack(qw)
+
+
+def _pack_codes_by_gather(q, bits):
+    """The format written the slow, literal way: tiles, the 1024-entry permutation, LSB packing."""
+    k, n = q.shape
+    t = q.reshape(k // 16, 16, n // 16, 16).transpose(0, 2, 1, 3)       # [K/16, N/16, 16, 16]
+    t = t.reshape(k // 16, n // 64, 1024)[..., layout.fragment_perm(bits)]
+    t = t.reshape(k // 16, -1, 32 // bits).astype(np.uint32)             # [K/16, words, f]
+    shifts = bits * np.arange(32 // bits, dtype=np.uint32)
+    return np.bitwise_or.reduce(t << shifts, axis=-1).view(np.int32)
+
+
+class TestFastPackMatchesLiteralFormat:
+    @SETTINGS
+    @given(quantized(act_order=False))
+    def test_transpose_pack_equals_gather_pack(self, qw):
+        assert np.array_equal(layout.pack_codes(qw.q, qw.bits), _pack_codes_by_gather(qw.q, qw.bits))
