@@ -32,8 +32,10 @@ def cuda_dir() -> Path:
     tree = Path(__file__).resolve().parent.parent / "cuda"
     if tree.is_dir():
         return tree
-    from importlib import resources
-    return Path(str(resources.files("marlin_cupy._cuda")))
+    # Installed: cuda/ is the package data of marlin_cupy._cuda (a folder without __init__.py,
+    # so a namespace package whose __path__ names the folder).
+    import importlib
+    return Path(list(importlib.import_module("marlin_cupy._cuda").__path__)[0])
 
 
 def expand_source(filename: str, _seen=None) -> str:

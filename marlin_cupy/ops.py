@@ -118,6 +118,15 @@ def reload_kernels():
     kernels.reload_sources()
 
 
+def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
+         config: KernelConfig | None = None, max_ctas: int | None = None) -> "Plan":
+    """The launch ``matmul`` makes for this problem on the current device: its config (the
+    tuned table's or the heuristic's), kernel, grid and shared memory. Benchmarks report
+    ``plan(...).config`` so that the config they record is the one that ran."""
+    cp = _cupy()
+    return _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas)
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------

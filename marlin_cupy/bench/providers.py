@@ -145,11 +145,11 @@ class Marlin(Provider):
         return _out_bound(call, out)
 
     def describe(self, m):
-        from ..config import choose_config
-        from ..ops import device_facts, kernel_resources
+        from ..ops import kernel_resources, plan
         layer = self.layer
-        config = self._config() or choose_config(m, layer.n, layer.k, layer.group_size,
-                                                 smem_limit=device_facts()["smem_optin"])
+        # The config matmul actually launches (tuned table or heuristic), never a re-derivation:
+        # an earlier version asked the heuristic here and recorded a config that had not run.
+        config = plan(m, layer.n, layer.k, layer.group_size, False, self._config()).config
         info = {"config": config.name, "registers": None, "spill_bytes": None}
         try:
             res = kernel_resources(config)
