@@ -215,6 +215,15 @@ def _batch_axis(ax, batches):
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _plot_series(ax, summary, set_name, labels, batches, field):
+    """One line per provider label: ``field`` of the set's summary rows against batch size."""
+    for lb in labels:
+        pts = [(m, summary[(set_name, lb, m)][field]) for m in batches
+               if summary.get((set_name, lb, m), {}).get(field) is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, label=lb)
+
+
 def plot_speedup(rec, path) -> Path:
     """Summed speedup over the best FP16 GEMM vs batch size, one panel per shape set."""
     gs = rec["group_size"]
@@ -225,11 +234,7 @@ def plot_speedup(rec, path) -> Path:
     fig, axes = _figure(len(sets))
     for ax, set_name in zip(axes, sets):
         batches = _batches(rec, set_name)
-        for lb in quant:
-            pts = [(m, summary[(set_name, lb, m)]["summed_speedup"]) for m in batches
-                   if summary.get((set_name, lb, m), {}).get("summed_speedup") is not None]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=lb)
+        _plot_series(ax, summary, set_name, quant, batches, "summed_speedup")
         ax.axhline(ideal, color="k", ls="--", lw=1, label=f"ideal, memory-bound 16/(4+16/{gs}) = {ideal:.2f}x")
         ax.axhline(1.0, color="grey", ls=":", lw=1, label="best FP16 GEMM")
         _batch_axis(ax, batches)
@@ -251,11 +256,7 @@ def plot_roofline(rec, path) -> Path:
     fig, axes = _figure(len(sets))
     for ax, set_name in zip(axes, sets):
         batches = _batches(rec, set_name)
-        for lb in quant:
-            pts = [(m, summary[(set_name, lb, m)]["summed_pct_roofline"]) for m in batches
-                   if summary.get((set_name, lb, m), {}).get("summed_pct_roofline") is not None]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=lb)
+        _plot_series(ax, summary, set_name, quant, batches, "summed_pct_roofline")
         ax.axhline(100, color="k", ls="--", lw=1, label="copy bandwidth")
         _batch_axis(ax, batches)
         ax.set_ylim(bottom=0)
