@@ -217,3 +217,14 @@ def test_timer_excludes_host_launch_overhead():
     assert result.stats.median_us < 12.0, result
     assert not result.starved, result
     del a
+
+
+@pytest.mark.parametrize("k, n", [(8192, 8192), (1536, 768)])
+def test_marlin_row_names_the_config_that_ran(k, n):
+    """The record's config is the one matmul launches (tuned table or heuristic), not a guess."""
+    from marlin_cupy import ops
+    layer = QuantizedLayer(k, n, 128, seed=5)
+    p = providers.Marlin()
+    p.prepare(layer, copies=1)
+    for m in (1, 16, 48, 200):
+        assert p.describe(m)["config"] == ops.plan(m, n, k, 128).config.name
