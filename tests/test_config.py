@@ -1,0 +1,79 @@
+"""KernelConfig: validation mirrors the kernel's static_asserts, names round-trip, dispatch."""
+import pytest
+
+from marlin_cupy import jit, kernels
+from marlin_cupy.config import (INSTANTIATED, KernelConfig, choose_config, m_bucket,
+                                tuned_instances)
+
+# Each violates exactly one constraint of struct Marlin in cuda/marlin.cuh.
+INVALID = {
+    "threads": KernelConfig(threads=192),
+    "m_blocks": KernelConfig(thread_m_blocks=5),
+    "n_blocks": KernelConfig(thread_n_blocks=6),
+    "k_blocks": KernelConfig(threads=256, thread_n_blocks=4, thread_k_blocks=4),  # 8 k-warps
+    "stages": KernelConfig(stages=1),
+    "groups": KernelConfig(thread_k_blocks=8, group_blocks=3),
+}
+
+
+class TestValidationMirrorsStaticAsserts:
+    @pytest.mark.parametrize("what", sorted(INVALID))
+    def test_python_rejects(self, what):
+        with pytest.raises(ValueError, match="invalid KernelConfig"):
+            INVALID[what].validate()
+
+    @pytest.mark.parametrize("what", sorted(INVALID))
+    def test_kernel_rejects_the_same(self, what):
+        src = kernels.marlin_source(INVALID[what], check=False)
+        with pytest.raises(RuntimeError, match="static assertion failed"):
+            jit.compile_offline(src, "sm_90")
+
+    def test_a_valid_config_compiles(self):
+        jit.compile_offline(kernels.marlin_source(KernelConfig()), "sm_90")
+
+    def test_shared_memory_limit_names_both_sizes(self):
+        cfg = KernelConfig(stages=40)
+        with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory, the device allows"):
+            cfg.validate(smem_limit=232448)
+
+
+class TestNames:
+    @pytest.mark.parametrize("cfg", list(INSTANTIATED[:10]) + [
+        KernelConfig(blocks_per_sm=2), KernelConfig(group_blocks=-1, fp32_reduce=False)],
+        ids=lambda c: c.name)
+    def test_round_trip(self, cfg):
+        assert KernelConfig.from_name(cfg.name) == cfg
+
+    def test_bad_name_says_the_form(self):
+        with pytest.raises(ValueError, match="t256_m1_n16_k4_s4_g8_fp32"):
+            KernelConfig.from_name("fast")
+
+
+class TestDispatch:
+    @pytest.mark.parametrize("m", [1, 16, 17, 33, 48, 64, 65, 1000])
+    def test_heuristic_covers_m(self, m):
+        cfg = choose_config(m, 8192, 8192, 128)
+        assert cfg.tile_m >= min(m, 64) and not cfg.problems()
+        assert cfg.thread_m_blocks != 3        # spills on sm_80; see HEURISTIC_M_BLOCKS
+
+    def test_tuned_table_is_used_for_its_device(self):
+        tuned = choose_config(16, 57344, 8192, 128, device_name="NVIDIA H200")
+        assert tuned.name in {c.name for c in tuned_instances()["sm_90"]}
+
+    def test_other_devices_use_the_heuristic(self):
+        assert choose_config(16, 57344, 8192, 128, device_name="Some GPU") == \
+            choose_config(16, 57344, 8192, 128)
+
+    def test_zero_points_never_get_a_config_that_does_not_fit(self):
+        for m in (1, 16, 32, 48, 64, 256):
+            for k, n in [(8192, 8192), (4096, 12288), (5120, 5120)]:
+                cfg = choose_config(m, n, k, 128, has_zp=True, device_name="NVIDIA H200")
+                assert cfg.smem_bytes(True) <= 232448
+
+    def test_unsupported_shape_says_what_to_pad(self):
+        with pytest.raises(ValueError, match="pad"):
+            choose_config(1, 96, 4096, 128)
+
+    def test_buckets(self):
+        assert [m_bucket(m) for m in (1, 16, 17, 48, 49, 64, 65)] == \
+            [16, 16, 32, 48, 64, 64, 1 << 30]
