@@ -80,12 +80,20 @@ def quantize_part(args):
 
 
 def _median_us(run, flush, reps: int) -> float:
-    """CUDA-event median of ``run()`` in microseconds, with ``flush()`` before every rep."""
+    """CUDA-event median of ``run()`` in microseconds, with ``flush()`` before every rep.
+
+    A short spin kernel between the flush and the start event keeps the GPU busy while Python
+    launches ``run()``, so the host's launch cost stays out of the measured interval (the
+    benchmark harness does the same, see bench/harness.py).
+    """
     import cupy as cp
+    from .bench.harness import Timer
+    timer = Timer(cp.cuda.get_current_stream())
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     times = []
     for _ in range(reps):
         flush()
+        timer.spin(300.0)
         start.record()
         run()
         stop.record()
