@@ -230,6 +230,10 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if given. Any M >= 0
     runs in one launch (M > 64 as 64-row slabs inside the kernel). ``max_ctas`` caps the
     persistent grid (default: one CTA per SM); tests use it to move stripe boundaries.
+
+    The first call for a shape compiles (or loads from CuPy's cache) its kernel and allocates
+    the stream's lock and scratch workspace; make one such call before capturing a CUDA graph.
+    The workspace's locks are zero again after every call, so graph replays need no reset.
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")
@@ -245,6 +249,10 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     if mw.bits != 4:
         raise ValueError(f"the fused kernel supports 4-bit weights; this weight has bits="
                          f"{mw.bits}. 8-bit weights can be packed and unpacked but not run yet.")
+    if mw.qweight.device.id != cp.cuda.Device().id:
+        raise ValueError(f"the MarlinWeight lives on GPU {mw.qweight.device.id} but the current "
+                         f"device is {cp.cuda.Device().id}; call inside `with cupy.cuda.Device(...)` "
+                         f"or move the weight with mw.to_host().to_device().")
     k, n = mw.k, mw.n
     if x_cp.ndim < 1 or x_cp.shape[-1] != k:
         raise ValueError(f"x must have shape [..., K] with K={k} (the weight's in_features); got "
