@@ -4,12 +4,13 @@ The default dispatch (``config.choose_config``) looks a problem up in the tuned 
 current device before falling back to its heuristic. Tables live in two places:
 
 * shipped with the package, ``marlin_cupy/tuned/<device>.json`` (written by this module from a
-  real run; the H200 table is in the repository), and
-* the user's cache, ``$MARLIN_CUPY_CACHE`` or ``~/.cache/marlin_cupy/tuned/<device>.json``,
-  which ``python -m marlin_cupy.tune --cache`` fills on the user's own GPU and which wins.
+  real run; the H200 table is in the repository, with the versions it was measured with), and
+* the user's cache, ``$MARLIN_CUPY_CACHE`` or ``~/.cache/marlin_cupy``, as
+  ``tuned/<device>__cupy<version>_nvrtc<version>.json``: ``python -m marlin_cupy.tune`` fills it
+  on the user's own GPU; it wins over the shipped table, and only for the same CuPy and NVRTC
+  (a different NVRTC can allocate registers differently and change the winner).
 
-Entries are keyed by device name and N, K, group size and M bucket; each table also records the
-CuPy and CUDA versions it was measured with (a different NVRTC can change the code).
+Entries are keyed by N, K, group size and M bucket within a device's table.
 
 Timing follows the benchmark harness (``bench.harness.Timer``): CUDA events with the host kept
 ahead by a spin kernel, weights rotated past the L2, median of the samples.
@@ -44,9 +45,20 @@ def shipped_path(device_name: str) -> Path:
     return Path(__file__).resolve().parent / "tuned" / f"{device_slug(device_name)}.json"
 
 
-def cache_path(device_name: str) -> Path:
+def toolchain_tag() -> str:
+    """CuPy and NVRTC versions: a user's tuned cache is only trusted with the toolchain that
+    measured it (another NVRTC can allocate registers differently and change the winner)."""
+    import cupy
+    from cupy.cuda import nvrtc
+    major, minor = nvrtc.getVersion()
+    return f"cupy{cupy.__version__}_nvrtc{major}.{minor}"
+
+
+def cache_path(device_name: str, tag: str | None = None) -> Path:
+    """``$MARLIN_CUPY_CACHE`` (default ``~/.cache/marlin_cupy``) ``/tuned/<device>__<toolchain>.json``."""
     root = os.environ.get("MARLIN_CUPY_CACHE") or Path.home() / ".cache" / "marlin_cupy"
-    return Path(root) / "tuned" / f"{device_slug(device_name)}.json"
+    tag = toolchain_tag() if tag is None else tag
+    return Path(root) / "tuned" / f"{device_slug(device_name)}__{device_slug(tag)}.json"
 
 
 def _key(n: int, k: int, group_size: int, bucket: int) -> str:

@@ -1,0 +1,99 @@
+"""Tuned tables: selection from measurements, spill exclusion, lookup and cache precedence.
+The timing itself needs a GPU; everything around it is tested here."""
+import json
+
+import pytest
+
+from marlin_cupy import tune
+from marlin_cupy.config import KernelConfig, M_BUCKETS, choose_config
+
+
+def _rows():
+    fast = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+    faster_but_spills = KernelConfig(256, 1, 32, 8, 3, 8, True).name
+    slow = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+    return [
+        {"n": 8192, "k": 8192, "m": 16, "config": slow, "median_us": 30.0},
+        {"n": 8192, "k": 8192, "m": 16, "config": fast, "median_us": 20.0},
+        {"n": 8192, "k": 8192, "m": 16, "config": faster_but_spills, "median_us": 10.0},
+        {"n": 8192, "k": 8192, "m": 256, "config": KernelConfig(256, 4, 16, 8, 4, 8, True).name,
+         "median_us": 100.0},
+    ], fast, faster_but_spills
+
+
+class TestSelection:
+    def test_fastest_allowed_per_bucket(self):
+        rows, fast, spills = _rows()
+        entries = tune.select_entries(rows, 128, allowed=lambda c: c.name != spills)
+        by_bucket = {e["m_bucket"]: e["config"] for e in entries}
+        assert by_bucket[16] == fast
+        assert by_bucket[M_BUCKETS[-1]].startswith("t256_m4")
+
+    def test_without_a_filter_the_fastest_wins(self):
+        rows, _, spills = _rows()
+        entries = tune.select_entries(rows, 128)
+        assert {e["m_bucket"]: e["config"] for e in entries}[16] == spills
+
+    def test_offline_spill_check_matches_the_compiler(self):
+        # 64 rows x 512 columns in one warp row needs 128 accumulators: spills on sm_90.
+        assert tune.spills(KernelConfig(256, 4, 32, 8, 3, 8, True), arch="sm_90")
+        assert not tune.spills(KernelConfig(256, 1, 8, 8, 4, 8, True), arch="sm_90")
+
+
+class TestLookup:
+    @pytest.fixture
+    def user_cache(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))
+        tune.load_table.cache_clear()
+        yield tmp_path
+        tune.load_table.cache_clear()
+
+    def _write(self, path, entries):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"kind": "tuned_table", "entries": entries}))
+
+    def test_user_cache_wins_over_shipped_table(self, user_cache):
+        cfg = KernelConfig(128, 1, 8, 4, 3, 8, True)
+        self._write(tune.cache_path("NVIDIA H200"),
+                    [{"n": 57344, "k": 8192, "group_size": 128, "m_bucket": 16,
+                      "config": cfg.name}])
+        assert choose_config(16, 57344, 8192, 128, device_name="NVIDIA H200") == cfg
+        assert tune.lookup("NVIDIA H200", 1, 57344, 8192, 128) == cfg
+
+    def test_cache_of_another_toolchain_is_ignored(self, user_cache):
+        cfg = KernelConfig(128, 1, 8, 4, 3, 8, True)
+        self._write(tune.cache_path("NVIDIA H200", tag="cupy0.0_nvrtc0.0"),
+                    [{"n": 57344, "k": 8192, "group_size": 128, "m_bucket": 16,
+                      "config": cfg.name}])
+        assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 128) != cfg
+
+    def test_other_group_sizes_are_not_guessed(self, user_cache):
+        assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 32) is None
+
+    def test_broken_table_says_what_to_do(self, user_cache):
+        path = tune.cache_path("Some GPU")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{not json")
+        with pytest.raises(ValueError, match="delete it or re-run"):
+            tune.load_table("Some GPU")
+
+    def test_cache_path_names_device_and_toolchain(self, user_cache):
+        p = tune.cache_path("NVIDIA H200", tag="cupy14.2.0_nvrtc12.9")
+        assert p.parent == user_cache / "tuned"
+        assert p.name == "NVIDIA_H200__cupy14_2_0_nvrtc12_9.json"
+
+
+def test_candidates_fit_and_divide():
+    for m in (16, 48, 256):
+        for cfg in tune.candidates(m, 8192, 28672, 128, 232448):
+            assert not cfg.problems()
+            assert 8192 % cfg.tile_n == 0 and 28672 % cfg.tile_k == 0
+            cfg.validate(232448)
+
+
+def test_no_gpu_exits_2(capsys):
+    from marlin_cupy.records import gpu_unavailable_reason
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is present: this checks the no-GPU path")
+    assert tune.main(["--sets", "llama2-7b"]) == 2
+    assert "no GPU" in capsys.readouterr().err
