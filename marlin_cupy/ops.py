@@ -261,17 +261,20 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     m = int(np.prod(lead)) if lead else 1
     _check_gpu_array(x_cp, "x", np.float16, lead + (k,))
     x2 = x_cp.reshape(m, k)
-    if out is None:
-        out_cp = cp.empty(lead + (n,), dtype=cp.float16)
-    else:
+    if out is not None:
         out_cp = _as_cupy(out, "out")
         _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
-    if m == 0:
-        return _like_input(out if out is not None else out_cp, is_torch)
-
     has_zp = mw.zeros is not None
-    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas)
+    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas) \
+        if m else None
+    # Everything that allocates or launches happens on the launch stream: CuPy's memory pool
+    # hands a block back to the stream that allocated it, so an output allocated on another
+    # stream could be reused there while this kernel still writes it.
     with (stream if stream is not None else cp.cuda.get_current_stream()):
+        if out is None:
+            out_cp = cp.empty(lead + (n,), dtype=cp.float16)
+        if m == 0:
+            return _like_input(out if out is not None else out_cp, is_torch)
         if mw.perm is not None:
             x2 = cp.take(x2, mw.perm, axis=1)          # act-order: columns in group order
         locks, scratch = workspace(stream).get(plan.grid, plan.scratch_floats)
