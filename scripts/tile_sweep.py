@@ -1,5 +1,9 @@
-"""H200 tile sweep (exploration, superseded by python -m marlin_cupy.tune): GPU-only kernel times (host kept ahead by a spin kernel), per tile shape and
-pipeline depth, on llama2-70b and llama2-7b layers, against torch and cuBLAS FP16."""
+"""Tile sweep on a GPU (exploration; the autotuner, python -m marlin_cupy.tune, supersedes it).
+
+GPU-only kernel times (host kept ahead by a spin kernel, weights rotated past 3x the L2) per
+tile shape and pipeline depth on the llama2-70b and llama2-7b layers, next to torch and cuBLAS
+FP16. Usage: python3 scripts/tile_sweep.py OUT.json
+"""
 import json, sys, time
 import numpy as np
 import cupy as cp
