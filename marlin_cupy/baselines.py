@@ -96,15 +96,21 @@ def _check_weights(qweight, scales, group_size):
     return k, n
 
 
+def _output(out, shape, dims: str):
+    """``out`` checked as a C-contiguous fp16 array of ``shape``, or a fresh one."""
+    import cupy as cp
+    if out is None:
+        return cp.empty(shape, dtype=cp.float16)
+    if out.shape != shape or out.dtype != cp.float16 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float16 {dims} = {list(shape)} array; got "
+                         f"dtype={out.dtype}, shape={out.shape}.")
+    return out
+
+
 def dequantize(qweight, scales, group_size: int, out=None, zero: int = default_zero(4)):
     """fp16 ``[K, N]`` weights from the GPTQ-style layout, on the current CuPy stream."""
-    import cupy as cp
     k, n = _check_weights(qweight, scales, group_size)
-    if out is None:
-        out = cp.empty((k, n), dtype=cp.float16)
-    elif out.shape != (k, n) or out.dtype != cp.float16 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float16 [K, N] = [{k}, {n}] array; got "
-                         f"dtype={out.dtype}, shape={out.shape}.")
+    out = _output(out, (k, n), "[K, N]")
     grid = ((n + DEQUANT_THREADS - 1) // DEQUANT_THREADS, min(k // PACK, MAX_GRID_Y))
     _module().get_function("naive_dequantize")(
         grid, (DEQUANT_THREADS,),
@@ -123,14 +129,9 @@ def dequant_matmul(x, qweight, scales, group_size: int, scratch=None, out=None,
 
 def fused_matmul(x, qweight, scales, group_size: int, out=None, zero: int = default_zero(4)):
     """``x @ W`` with the naive fused kernel (fp32 accumulation, fp16 output)."""
-    import cupy as cp
     m, k = _check_x(x, qweight)
     _, n = _check_weights(qweight, scales, group_size)
-    if out is None:
-        out = cp.empty((m, n), dtype=cp.float16)
-    elif out.shape != (m, n) or out.dtype != cp.float16 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float16 [M, N] = [{m}, {n}] array; got "
-                         f"dtype={out.dtype}, shape={out.shape}.")
+    out = _output(out, (m, n), "[M, N]")
     grid = ((n + FUSED_THREADS - 1) // FUSED_THREADS, (m + FUSED_TILE_M - 1) // FUSED_TILE_M)
     if grid[1] > MAX_GRID_Y:
         raise ValueError(f"M={m} needs {grid[1]} row blocks, more than the grid allows ({MAX_GRID_Y}).")

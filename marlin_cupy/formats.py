@@ -78,7 +78,7 @@ def _unpack_rows(words: np.ndarray, bits: int) -> np.ndarray:
     return fields.reshape(-1, words.shape[1]).astype(np.uint8)           # [R*pf, C]
 
 
-def _pack_cols(codes: np.ndarray, bits: int, order=None) -> np.ndarray:
+def pack_cols(codes: np.ndarray, bits: int, order=None) -> np.ndarray:
     """uint8 ``[R, C*pf]`` -> int32 ``[R, C]``: field p of word ``[r, c]`` is
     ``codes[r, c*pf + order[p]]`` (``order`` defaults to the identity)."""
     pf = 32 // bits
@@ -89,8 +89,8 @@ def _pack_cols(codes: np.ndarray, bits: int, order=None) -> np.ndarray:
     return np.ascontiguousarray(words).view(np.int32)
 
 
-def _unpack_cols(words: np.ndarray, bits: int, order=None) -> np.ndarray:
-    """uint32 ``[R, C]`` -> uint8 ``[R, C*pf]``: the inverse of ``_pack_cols`` (same ``order``)."""
+def unpack_cols(words: np.ndarray, bits: int, order=None) -> np.ndarray:
+    """uint32 ``[R, C]`` -> uint8 ``[R, C*pf]``: the inverse of ``pack_cols`` (same ``order``)."""
     mask = np.uint32((1 << bits) - 1)
     fields = (words[:, :, None] >> _shifts(bits)[None, None, :]) & mask   # [R, C, pf], nibble order
     if order is not None:
@@ -245,7 +245,7 @@ def _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint
     group_size = _resolve_group_size(k, g, group_size, names["scales"])
 
     q = _unpack_rows(words, bits)                                        # [K, N]
-    stored = _unpack_cols(zero_words, bits)                              # [G, N]
+    stored = unpack_cols(zero_words, bits)                              # [G, N]
     if sym:
         expected = default_zero(bits) - (checkpoint_format == "gptq")
         bad = stored != expected
@@ -302,7 +302,7 @@ def to_gptq(qw: QuantizedWeight, checkpoint_format: str = "gptq") -> dict:
         zeros = (zeros - 1) % (1 << qw.bits)                             # the "zero - 1" quirk
     return {
         "qweight": _pack_rows(qw.q, qw.bits),                            # [K/pf, N]
-        "qzeros": _pack_cols(zeros.astype(np.uint8), qw.bits),           # [G, N/pf]
+        "qzeros": pack_cols(zeros.astype(np.uint8), qw.bits),           # [G, N/pf]
         "scales": qw.scales.copy(),                                      # [G, N]
         "g_idx": np.array(qw.row_groups(), dtype=np.int32),              # [K]
     }
@@ -336,8 +336,8 @@ def _from_awq(qweight, qzeros, scales, group_size, names):
     zero_words = _words(qzeros, names["qzeros"])
     _check_shape(zero_words, (g, n // 8), names["qzeros"], "[G, N/8] (G, N: shape of scales)")
     group_size = _resolve_group_size(k, g, group_size, names["scales"])
-    q = _unpack_cols(words, 4, AWQ_ORDER)                                # [K, N]
-    zeros = _unpack_cols(zero_words, 4, AWQ_ORDER)                       # [G, N]
+    q = unpack_cols(words, 4, AWQ_ORDER)                                # [K, N]
+    zeros = unpack_cols(zero_words, 4, AWQ_ORDER)                       # [G, N]
     return QuantizedWeight(q=q, scales=scales, zeros=zeros, g_idx=None, bits=4,
                            group_size=group_size)
 
@@ -359,8 +359,8 @@ def to_awq(qw: QuantizedWeight) -> dict:
     if qw.n % 8:
         raise ValueError(f"AWQ packs 8 columns per int32; N={qw.n} is not a multiple of 8.")
     return {
-        "qweight": _pack_cols(qw.q, 4, AWQ_ORDER),                       # [K, N/8]
-        "qzeros": _pack_cols(qw.zero_points(), 4, AWQ_ORDER),            # [G, N/8]
+        "qweight": pack_cols(qw.q, 4, AWQ_ORDER),                       # [K, N/8]
+        "qzeros": pack_cols(qw.zero_points(), 4, AWQ_ORDER),            # [G, N/8]
         "scales": qw.scales.copy(),                                      # [G, N]
     }
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .formats import pack_cols, unpack_cols
 from .weights import MarlinWeight, QuantizedWeight, num_groups, trivial_g_idx
 
 TILE = 16            # mma tile edge along K and N
@@ -66,23 +67,6 @@ def scale_perm_channel() -> np.ndarray:
 def is_per_channel(group_size: int, k: int) -> bool:
     """One scale per output column: group_size -1, or one group that spans all of K."""
     return group_size == -1 or group_size >= k
-
-
-def _pack_lsb(values: np.ndarray, bits: int) -> np.ndarray:
-    """Pack the last axis (a multiple of 32/bits) of small codes LSB-first into int32."""
-    f = _pack_factor(bits)
-    v = values.astype(np.uint32).reshape(*values.shape[:-1], -1, f)   # [..., W, f]
-    shifts = (bits * np.arange(f, dtype=np.uint32))                    # [f]
-    return np.bitwise_or.reduce(v << shifts, axis=-1).view(np.int32)   # [..., W]
-
-
-def _unpack_lsb(words: np.ndarray, bits: int) -> np.ndarray:
-    """Inverse of ``_pack_lsb``: int32 ``[..., W]`` -> uint8 ``[..., W * 32/bits]``."""
-    f = _pack_factor(bits)
-    w = words.view(np.uint32)[..., None]                               # [..., W, 1]
-    shifts = (bits * np.arange(f, dtype=np.uint32))                    # [f]
-    v = (w >> shifts) & np.uint32((1 << bits) - 1)                     # [..., W, f]
-    return v.reshape(*words.shape[:-1], -1).astype(np.uint8)           # [..., W*f]
 
 
 def _check_packable(k: int, n: int):
@@ -172,16 +156,12 @@ def unpack_scales(scales: np.ndarray, group_size: int, k: int) -> np.ndarray:
 def pack_zeros(zeros: np.ndarray, bits: int) -> np.ndarray:
     """uint8 zero points ``[G, N]`` -> int32 ``[G, N*bits/32]`` (grouped perm, interleave, pack)."""
     z = _permute_columns(zeros, scale_perm_grouped())                  # [G, N]
-    il = INTERLEAVE[bits]
-    z = z.reshape(z.shape[0], -1, il.size)[..., il]                    # [G, N/f, f]
-    return _pack_lsb(z.reshape(zeros.shape), bits)                     # [G, N*bits/32]
+    return pack_cols(z, bits, order=INTERLEAVE[bits])                  # [G, N*bits/32]
 
 
 def unpack_zeros(packed: np.ndarray, bits: int) -> np.ndarray:
-    z = _unpack_lsb(packed, bits)                                      # [G, N]
-    il = INTERLEAVE[bits]
-    z = z.reshape(z.shape[0], -1, il.size)[..., np.argsort(il)]        # [G, N/f, f]
-    return _permute_columns(z.reshape(packed.shape[0], -1), np.argsort(scale_perm_grouped()))
+    z = unpack_cols(np.asarray(packed).view(np.uint32), bits, order=INTERLEAVE[bits])   # [G, N]
+    return _permute_columns(z, np.argsort(scale_perm_grouped()))
 
 
 def pack(qw: QuantizedWeight) -> MarlinWeight:

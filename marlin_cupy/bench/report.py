@@ -224,17 +224,27 @@ def _plot_series(ax, summary, set_name, labels, batches, field):
             ax.plot(*zip(*pts), marker="o", ms=3, label=lb)
 
 
-def plot_speedup(rec, path) -> Path:
-    """Summed speedup over the best FP16 GEMM vs batch size, one panel per shape set."""
-    gs = rec["group_size"]
-    ideal = metrics.ideal_speedup(gs)
+def _panels(rec, field):
+    """One panel per shape set with ``field`` drawn for every quantized provider; returns the
+    figure, its axes and ``(ax, set_name, batches)`` per panel for the caller's decorations."""
     summary = _summary(rec)
     quant = [lb for lb in _labels(rec) if not _is_fp16(rec, lb)]
     sets = _sets(rec)
     fig, axes = _figure(len(sets))
+    panels = []
     for ax, set_name in zip(axes, sets):
         batches = _batches(rec, set_name)
-        _plot_series(ax, summary, set_name, quant, batches, "summed_speedup")
+        _plot_series(ax, summary, set_name, quant, batches, field)
+        panels.append((ax, set_name, batches))
+    return fig, axes, panels
+
+
+def plot_speedup(rec, path) -> Path:
+    """Summed speedup over the best FP16 GEMM vs batch size, one panel per shape set."""
+    gs = rec["group_size"]
+    ideal = metrics.ideal_speedup(gs)
+    fig, axes, panels = _panels(rec, "summed_speedup")
+    for ax, set_name, batches in panels:
         ax.axhline(ideal, color="k", ls="--", lw=1, label=f"ideal, memory-bound 16/(4+16/{gs}) = {ideal:.2f}x")
         ax.axhline(1.0, color="grey", ls=":", lw=1, label="best FP16 GEMM")
         _batch_axis(ax, batches)
@@ -250,13 +260,8 @@ def plot_speedup(rec, path) -> Path:
 
 def plot_roofline(rec, path) -> Path:
     """Summed percent of the copy-bandwidth roofline vs batch size, one panel per shape set."""
-    summary = _summary(rec)
-    quant = [lb for lb in _labels(rec) if not _is_fp16(rec, lb)]
-    sets = _sets(rec)
-    fig, axes = _figure(len(sets))
-    for ax, set_name in zip(axes, sets):
-        batches = _batches(rec, set_name)
-        _plot_series(ax, summary, set_name, quant, batches, "summed_pct_roofline")
+    fig, axes, panels = _panels(rec, "summed_pct_roofline")
+    for ax, set_name, batches in panels:
         ax.axhline(100, color="k", ls="--", lw=1, label="copy bandwidth")
         _batch_axis(ax, batches)
         ax.set_ylim(bottom=0)
