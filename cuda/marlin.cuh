@@ -15,6 +15,15 @@
 #pragma once
 #include "common.cuh"
 
+// Measurement hooks for finding the kernel's ceilings (scripts/ceiling_probe.py,
+// benchmarks/NOTES.md). Every real build has MARLIN_PROBE 0; the others compute garbage:
+//   1  stream only: fetch to shared and synchronise as usual, no shared->register reads, no math
+//   2  no dequantization: the MMAs run on the raw weight words
+//   3  no MMA: dequantize and scale, then discard the fragments
+#ifndef MARLIN_PROBE
+#define MARLIN_PROBE 0
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -423,11 +432,21 @@ struct Marlin {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       FragB f0, f1;
-      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
-      else dequant_sym(bw[j], f0, f1);
-      if constexpr (!PER_CHANNEL) {
-        scale_frag(f0, __low2half2(sw[j]));
-        scale_frag(f1, __high2half2(sw[j]));
+      if constexpr (MARLIN_PROBE == 2) {
+        f0[0] = as_half2(bw[j]); f0[1] = as_half2(bw[j] >> 4);
+        f1[0] = as_half2(bw[j] >> 8); f1[1] = as_half2(bw[j] >> 12);
+      } else {
+        if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
+        else dequant_sym(bw[j], f0, f1);
+        if constexpr (!PER_CHANNEL) {
+          scale_frag(f0, __low2half2(sw[j]));
+          scale_frag(f1, __high2half2(sw[j]));
+        }
+      }
+      if constexpr (MARLIN_PROBE == 3) {
+        asm volatile("" ::"r"(as_u32(f0[0])), "r"(as_u32(f0[1])), "r"(as_u32(f1[0])),
+                     "r"(as_u32(f1[1])));
+        continue;
       }
 #pragma unroll
       for (int mb = 0; mb < WM; mb++) {
@@ -625,7 +644,7 @@ struct Marlin {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     Regs regs[2];
-    fetch_to_registers(regs[0], 0, 0);
+    if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
     int stage = 0;
     int refill = STAGES - 1;
@@ -639,11 +658,12 @@ struct Marlin {
           fetch_or_skip(fetch, refill);
           cp_async_wait<STAGES - 2>();
           __syncthreads();
-          if (unit + 1 < unit_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
-        } else {
+          if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
+            fetch_to_registers(regs[(sub + 1) % 2], next, 0);
+        } else if (MARLIN_PROBE != 1) {
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
         }
-        matmul(regs[sub % 2], acc);
+        if (MARLIN_PROBE != 1) matmul(regs[sub % 2], acc);
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
       if (K_SUB % 2 == 1) {
