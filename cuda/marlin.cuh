@@ -96,6 +96,16 @@ __device__ __forceinline__ void mma_m16n8k16(const FragA& a, const FragB& b, Fra
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]));
 }
 
+// c = a * b, the accumulator input being zero (starts a fresh partial sum without zeroing it).
+__device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& b, FragC& c) {
+  const uint32_t* bu = reinterpret_cast<const uint32_t*>(&b);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]), "f"(0.f));
+}
+
 // (a & b) | c in one instruction; the LUT byte is (0xF0 & 0xCC) | 0xAA.
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t r;
@@ -208,8 +218,13 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   GROUP_BLOCKS  16-row blocks per scale group, or -1 for one scale per output column
 //   HAS_ZP        asymmetric weights with packed zero points
 //   FP32_REDUCE   cross-CTA partial sums through an FP32 scratch (else FP16 in C itself)
+//   SWAP          0: weights are the MMA's B operand (n8 column tiles x m16 row blocks).
+//                 1 or 2: weights are its A operand and the activations its B operand, in
+//                 SWAP blocks of 8 rows (M_BLOCKS == 1; SWAP == 1 serves at most 8 rows).
+//                 One m16n8k16 then covers 16 columns instead of 8: half the MMAs for
+//                 M <= 8, and the group scale can be applied in FP32 once per stage.
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP>
 struct Marlin {
   static constexpr int WARPS = THREADS / 32;
   static constexpr int N_WARPS = N_BLOCKS / 4;     // warps side by side along N
@@ -226,6 +241,15 @@ struct Marlin {
   // Scale/zero rows one stage needs: a stage never straddles groups unevenly.
   static constexpr int GROUPS_PER_STAGE =
       PER_CHANNEL ? 1 : (GROUP_BLOCKS >= K_BLOCKS ? 1 : K_BLOCKS / GROUP_BLOCKS);
+  // Swapped operands: a warp's k16 steps that share a scale group are summed unscaled (exact
+  // x - z times A in the tensor cores) and scaled once, in FP32, when the group or the stage
+  // ends; worth it from two steps per group on. Step `sub` of warp kw covers k16 block
+  // kw + sub * K_WARPS of the stage, so with GROUP_BLOCKS % K_WARPS == 0 its group within the
+  // stage is sub / SUBS_PER_GROUP for every warp.
+  static constexpr int SW = SWAP > 0 ? SWAP : 1;   // array extent for the swapped accumulators
+  static constexpr int SUBS_PER_GROUP =
+      (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
+  static constexpr bool DEFER_SCALE = SWAP > 0 && SUBS_PER_GROUP >= 2;
 
   // Shared-memory geometry, in int4 (16-byte) units.
   static constexpr int A_ROW = 2 * K_BLOCKS;                        // int4 per A row per stage
@@ -251,6 +275,8 @@ struct Marlin {
   static_assert(STAGES >= 2, "STAGES must be at least 2");
   static_assert(PER_CHANNEL || GROUP_BLOCKS % K_BLOCKS == 0 || K_BLOCKS % GROUP_BLOCKS == 0,
                 "GROUP_BLOCKS and K_BLOCKS must divide one another");
+  static_assert(SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1),
+                "SWAP must be 0, or 1..2 with M_BLOCKS == 1");
 
   // Problem geometry shared by every step.
   const int4* __restrict__ A;
@@ -456,6 +482,84 @@ struct Marlin {
     }
   }
 
+  // ---- matmul with swapped operands: the dequantized fragments of n8 tiles 2j and 2j+1 are,
+  // register for register, the A fragment of the 16 columns 16j..16j+15 taken as rows
+  // (a0 = tile 2j's b0, a1 = tile 2j+1's b0, a2 = tile 2j's b1, a3 = tile 2j+1's b1); rows
+  // 8h..8h+7 of the ldmatrix'ed A block (registers h and h + 2) are the B fragment of batch
+  // block h. acc[j][h] holds C^T: columns 16j + lane/4 (+8 for elements 2, 3), rows
+  // 8h + 2(lane%4) (+1 for odd elements). FRESH starts new partial sums (DEFER_SCALE).
+  template <bool FRESH>
+  __device__ __forceinline__ void matmul_swapped(const Regs& r, FragC (&acc)[4][SW]) {
+    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
+    const half2* sw = reinterpret_cast<const half2*>(&r.s);
+    ZeroPair zp[4][2];
+    if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      FragB f0, f1;
+      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
+      else dequant_sym(bw[j], f0, f1);
+      if constexpr (!PER_CHANNEL && !DEFER_SCALE) {
+        scale_frag(f0, __low2half2(sw[j]));
+        scale_frag(f1, __high2half2(sw[j]));
+      }
+      FragA w;
+      w[0] = as_u32(f0[0]);
+      w[1] = as_u32(f1[0]);
+      w[2] = as_u32(f0[1]);
+      w[3] = as_u32(f1[1]);
+#pragma unroll
+      for (int h = 0; h < SWAP; h++) {
+        FragB x;
+        x[0] = as_half2(r.a[0][h]);
+        x[1] = as_half2(r.a[0][h + 2]);
+        if constexpr (FRESH) mma_m16n8k16_fresh(w, x, acc[j][h]);
+        else mma_m16n8k16(w, x, acc[j][h]);
+      }
+    }
+  }
+
+  // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
+  // takes the low half of scale word j, column 16j + 8 + lane/4 the high half).
+  __device__ __forceinline__ void add_scaled(FragC (&acc)[4][SW], const FragC (&part)[4][SW],
+                                             const Regs& r) {
+    const half2* sw = reinterpret_cast<const half2*>(&r.s);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float2 s = __half22float2(sw[j]);
+#pragma unroll
+      for (int h = 0; h < SWAP; h++) {
+        acc[j][h][0] = fmaf(s.x, part[j][h][0], acc[j][h][0]);
+        acc[j][h][1] = fmaf(s.x, part[j][h][1], acc[j][h][1]);
+        acc[j][h][2] = fmaf(s.y, part[j][h][2], acc[j][h][2]);
+        acc[j][h][3] = fmaf(s.y, part[j][h][3], acc[j][h][3]);
+      }
+    }
+  }
+
+  // Swapped accumulators into the row-major layout every later step uses (element (nb, i) of
+  // a lane: row lane/4 (+8 for i >= 2), column 8nb + 2(lane%4) (+1 for odd i)). That element
+  // is element 2(nb%2) + (lane/4)%2 of acc[nb/2][i/2] in lane 4(2(lane%4) + i%2) + lane/8;
+  // the source's element index depends on the reader's row parity, so both candidates are
+  // shuffled and the reader keeps one. Once per column: the cost does not matter.
+  __device__ __forceinline__ void swapped_to_rows(const FragC (&acc)[4][SW], FragC (&out)[WM][8]) {
+    const int t = lane % 4, odd_row = (lane / 4) % 2;
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int h = i / 2;
+        if (h < SWAP) {
+          const int src = 4 * (2 * t + i % 2) + lane / 8;
+          const float v0 = __shfl_sync(0xffffffffu, acc[nb / 2][h][2 * (nb % 2)], src);
+          const float v1 = __shfl_sync(0xffffffffu, acc[nb / 2][h][2 * (nb % 2) + 1], src);
+          out[0][nb][i] = odd_row ? v1 : v0;
+        } else {
+          out[0][nb][i] = 0.f;
+        }
+      }
+  }
+
   // ---- reduce inside the CTA: the K_WARPS warps of one column strip sum through shared
   // memory in a log tree; afterwards warps with kw == 0 hold the CTA's partial sums.
   __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
@@ -625,14 +729,25 @@ struct Marlin {
   }
 
   __device__ __forceinline__ void run() {
-    FragC acc[WM][8];
+    FragC acc[WM][8];     // row-major accumulators (SWAP: filled from acc_t per column)
+    FragC acc_t[4][SW];   // SWAP: swapped accumulators
+    FragC part[4][SW];    // DEFER_SCALE: this stage's unscaled products
     auto zero_acc = [&]() {
+      if constexpr (SWAP == 0) {
 #pragma unroll
-      for (int mb = 0; mb < WM; mb++)
+        for (int mb = 0; mb < WM; mb++)
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++)
+          for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-          for (int i = 0; i < 4; i++) acc[mb][nb][i] = 0.f;
+            for (int i = 0; i < 4; i++) acc[mb][nb][i] = 0.f;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int h = 0; h < SW; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc_t[j][h][i] = 0.f;
+      }
     };
     zero_acc();
 
@@ -663,13 +778,25 @@ struct Marlin {
         } else if (MARLIN_PROBE != 1) {
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
         }
-        if (MARLIN_PROBE != 1) matmul(regs[sub % 2], acc);
+        if constexpr (MARLIN_PROBE == 1) {
+        } else if constexpr (SWAP == 0) {
+          matmul(regs[sub % 2], acc);
+        } else if constexpr (DEFER_SCALE) {
+          // regs[sub % 2] is still this step's: the next step's registers went to the other one.
+          if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);
+          else matmul_swapped<false>(regs[sub % 2], part);
+          if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
+            add_scaled(acc_t, part, regs[sub % 2]);
+        } else {
+          matmul_swapped<false>(regs[sub % 2], acc_t);
+        }
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
       if (K_SUB % 2 == 1) {
         regs[0] = regs[1];
       }
       if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
+        if constexpr (SWAP > 0) swapped_to_rows(acc_t, acc);
         finish_column(acc, compute);
         zero_acc();
       }
@@ -682,13 +809,13 @@ struct Marlin {
 };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE>;
+                   FP32_REDUCE, SWAP>;
   extern __shared__ int4 smem[];
   // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
   // would corrupt memory silently, so it stops the kernel instead.

@@ -45,6 +45,10 @@ class KernelConfig:
     group_blocks: int = 8
     fp32_reduce: bool = True
     blocks_per_sm: int = 1       # CTAs resident per SM (more warps to hide latency when small)
+    #: 0: weights are the MMA's B operand. 1 or 2: weights are its A operand and the rows of x
+    #: its B operand, in 1 or 2 blocks of 8 (needs thread_m_blocks=1; 1 serves M <= 8 only):
+    #: half the MMAs at M <= 8 and the group scale applied once per stage, in FP32.
+    swap_ab: int = 0
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -74,14 +78,21 @@ class KernelConfig:
         return 16 * self.thread_k_blocks
 
     @property
+    def max_m(self) -> int | None:
+        """Largest M this instance can run (None: any M, as 64-row or 16-row slabs)."""
+        return 8 if self.swap_ab == 1 else None
+
+    @property
     def name(self) -> str:
         g = "c" if self.group_blocks == -1 else str(self.group_blocks)
         red = "fp32" if self.fp32_reduce else "fp16"
         occ = f"_b{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
+        swap = f"_sw{self.swap_ab}" if self.swap_ab else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{occ}")
 
-    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)(?:_b(\d+))?$")
+    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)"
+                       r"(?:_sw(\d+))?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -90,10 +101,10 @@ class KernelConfig:
             raise ValueError(f"{name!r} is not a config name; expected the form "
                              f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
                              f"per-channel scales; then fp32 or fp16 global reduction; optional "
-                             f"_b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, occ = m.groups()
+                             f"_sw1/_sw2 for swapped MMA operands, then _b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
-                   red == "fp32", int(occ) if occ else 1)
+                   red == "fp32", int(occ) if occ else 1, int(swap) if swap else 0)
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -134,6 +145,8 @@ class KernelConfig:
         if self.blocks_per_sm not in (1, 2, 3, 4) or self.blocks_per_sm * self.threads > 1024:
             errs.append(f"blocks_per_sm={self.blocks_per_sm} must be 1..4 with at most 1024 "
                         f"threads per SM")
+        if self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
+            errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -173,6 +186,10 @@ def _instantiated() -> tuple:
                 # live and spills at 64 rows on sm_80; it is offered for up to 32 rows.
                 if mb <= 2:
                     cfgs.append(KernelConfig(threads, mb, nb, kb, HEURISTIC_STAGES, g, False))
+            # Swapped operands (weights as the MMA's A operand) for up to 8 and 16 rows.
+            for swap in (1, 2):
+                cfgs.append(KernelConfig(threads, 1, nb, kb, HEURISTIC_STAGES, g, True,
+                                         swap_ab=swap))
     return tuple(c.validate() for c in cfgs)
 
 
@@ -202,8 +219,9 @@ def tuned_instances() -> dict:
 
 
 #: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M
-#: (M > 64 all run as 64-row slabs, hence one open-ended bucket).
-M_BUCKETS = (16, 32, 48, 64, 1 << 30)
+#: (M > 64 all run as 64-row slabs, hence one open-ended bucket; M <= 8 has its own bucket
+#: because swap_ab=1 configs serve it alone).
+M_BUCKETS = (8, 16, 32, 48, 64, 1 << 30)
 
 
 def m_bucket(m: int) -> int:
@@ -239,7 +257,8 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
         if tuned is not None:
             tuned = tuned.with_(thread_m_blocks=mb)
             if not tuned.problems() and n % tuned.tile_n == 0 and k % tuned.tile_k == 0 \
-                    and tuned.smem_bytes(has_zp) <= smem_limit:
+                    and tuned.smem_bytes(has_zp) <= smem_limit \
+                    and (tuned.max_m is None or m <= tuned.max_m):
                 return tuned
     shape = _heuristic_shape(n, k)
     if shape is None:

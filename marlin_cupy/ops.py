@@ -177,6 +177,9 @@ def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, ha
     if cfg.group_blocks != want:
         errs.append(f"config group_blocks={cfg.group_blocks} does not match the weight's "
                     f"group_size={group_size} (needs group_blocks={want})")
+    if cfg.max_m is not None and m > cfg.max_m:
+        errs.append(f"M={m} is more than the {cfg.max_m} rows a swap_ab={cfg.swap_ab} config "
+                    f"serves (swap_ab=2 or 0 serve any M)")
     if errs:
         raise ValueError(f"config {cfg.name} cannot run M={m}, N={n}, K={k}: " + "; ".join(errs)
                          + ". Pass config=None for the default choice.")

@@ -34,7 +34,7 @@ TUNE_STAGES = (3, 4, 6, 8)
 #: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
 TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
-BUCKET_M = {16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
 
 
 def device_slug(name: str) -> str:
@@ -82,13 +82,19 @@ def load_table(device_name: str) -> dict:
 
 
 def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
-    """The tuned config for a problem, or None (then the heuristic decides).
+    """The tuned config for a problem, or None (then the heuristic decides): the entry of the
+    smallest bucket >= M that the table has (tables written before the M <= 8 bucket existed
+    still serve M <= 8 from their 16-row entry).
 
     Only an entry measured at this group size is used: a tile tuned for g128 can spill or lose
     its edge at g32, so other group sizes are not guessed from it.
     """
-    name = load_table(device_name).get(_key(n, k, group_size, m_bucket(m)))
-    return None if name is None else KernelConfig.from_name(name)
+    table = load_table(device_name)
+    for b in M_BUCKETS[M_BUCKETS.index(m_bucket(m)):]:
+        name = table.get(_key(n, k, group_size, b))
+        if name is not None:
+            return KernelConfig.from_name(name)
+    return None
 
 
 def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
@@ -123,20 +129,23 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> l
 def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
+    # Swapped operands serve up to 8 (swap_ab=1) or 16 rows per slab (swap_ab=2).
+    swaps = (0, 1, 2) if m <= 8 else (0, 2) if m <= 16 else (0,)
     out = []
     for threads, nb, kb in TUNE_SHAPES:
         for blocks, stages in TUNE_BLOCKS_PER_SM:
             if blocks > 1 and mb > 2:
                 continue
             for st in stages:
-                cfg = KernelConfig(threads, mb, nb, kb, st, g, True, blocks)
-                if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
-                    continue
-                try:
-                    cfg.validate(smem_limit)
-                except ValueError:
-                    continue
-                out.append(cfg)
+                for swap in swaps:
+                    cfg = KernelConfig(threads, mb, nb, kb, st, g, True, blocks, swap)
+                    if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+                        continue
+                    try:
+                        cfg.validate(smem_limit)
+                    except ValueError:
+                        continue
+                    out.append(cfg)
     return out
 
 

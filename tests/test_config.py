@@ -13,6 +13,8 @@ INVALID = {
     "k_blocks": KernelConfig(threads=256, thread_n_blocks=4, thread_k_blocks=4),  # 8 k-warps
     "stages": KernelConfig(stages=1),
     "groups": KernelConfig(thread_k_blocks=8, group_blocks=3),
+    "swap_m_blocks": KernelConfig(thread_m_blocks=2, swap_ab=1),
+    "swap_value": KernelConfig(swap_ab=3),
 }
 
 
@@ -39,7 +41,8 @@ class TestValidationMirrorsStaticAsserts:
 
 class TestNames:
     @pytest.mark.parametrize("cfg", list(INSTANTIATED[:10]) + [
-        KernelConfig(blocks_per_sm=2), KernelConfig(group_blocks=-1, fp32_reduce=False)],
+        KernelConfig(blocks_per_sm=2), KernelConfig(group_blocks=-1, fp32_reduce=False),
+        KernelConfig(swap_ab=1), KernelConfig(swap_ab=2, blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg
@@ -70,10 +73,25 @@ class TestDispatch:
                 cfg = choose_config(m, n, k, 128, has_zp=True, device_name="NVIDIA H200")
                 assert cfg.smem_bytes(True) <= 232448
 
+    def test_swap_ab_1_refuses_more_than_8_rows(self):
+        from marlin_cupy.ops import check_problem
+        cfg = KernelConfig(thread_n_blocks=16, thread_k_blocks=8, swap_ab=1)
+        check_problem(cfg, 8, 8192, 8192, 128, False, 232448)
+        with pytest.raises(ValueError, match="M=9 is more than the 8 rows"):
+            check_problem(cfg, 9, 8192, 8192, 128, False, 232448)
+        check_problem(cfg.with_(swap_ab=2), 1000, 8192, 8192, 128, False, 232448)
+
+    def test_tuned_swap_1_entry_is_not_used_beyond_8_rows(self, monkeypatch):
+        from marlin_cupy import tune
+        monkeypatch.setattr(tune, "lookup", lambda *a: KernelConfig(256, 1, 16, 8, 4, 8,
+                                                                    swap_ab=1))
+        assert choose_config(8, 8192, 8192, 128, device_name="X").swap_ab == 1
+        assert choose_config(9, 8192, 8192, 128, device_name="X").max_m is None
+
     def test_unsupported_shape_says_what_to_pad(self):
         with pytest.raises(ValueError, match="pad"):
             choose_config(1, 96, 4096, 128)
 
     def test_buckets(self):
-        assert [m_bucket(m) for m in (1, 16, 17, 48, 49, 64, 65)] == \
-            [16, 16, 32, 48, 64, 64, 1 << 30]
+        assert [m_bucket(m) for m in (1, 8, 9, 16, 17, 48, 49, 64, 65)] == \
+            [8, 8, 16, 16, 32, 48, 64, 64, 1 << 30]

@@ -84,11 +84,18 @@ class TestLookup:
 
 
 def test_candidates_fit_and_divide():
-    for m in (16, 48, 256):
+    for m in (8, 16, 48, 256):
         for cfg in tune.candidates(m, 8192, 28672, 128, 232448):
             assert not cfg.problems()
             assert 8192 % cfg.tile_n == 0 and 28672 % cfg.tile_k == 0
+            assert cfg.max_m is None or m <= cfg.max_m
             cfg.validate(232448)
+
+
+def test_candidates_offer_swapped_operands_where_they_serve_m():
+    swaps = {m: {c.swap_ab for c in tune.candidates(m, 8192, 8192, 128, 232448)}
+             for m in (8, 16, 32)}
+    assert swaps == {8: {0, 1, 2}, 16: {0, 2}, 32: {0}}
 
 
 def test_no_gpu_exits_2(capsys):
