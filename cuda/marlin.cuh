@@ -537,59 +537,135 @@ struct Marlin {
     }
   }
 
-  // Swapped accumulators into the row-major layout every later step uses (element (nb, i) of
-  // a lane: row lane/4 (+8 for i >= 2), column 8nb + 2(lane%4) (+1 for odd i)). That element
-  // is element 2(nb%2) + (lane/4)%2 of acc[nb/2][i/2] in lane 4(2(lane%4) + i%2) + lane/8;
-  // the source's element index depends on the reader's row parity, so both candidates are
-  // shuffled and the reader keeps one. Once per column: the cost does not matter.
-  __device__ __forceinline__ void swapped_to_rows(const FragC (&acc)[4][SW], FragC (&out)[WM][8]) {
-    const int t = lane % 4, odd_row = (lane / 4) % 2;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int h = i / 2;
-        if (h < SWAP) {
-          const int src = 4 * (2 * t + i % 2) + lane / 8;
-          const float v0 = __shfl_sync(0xffffffffu, acc[nb / 2][h][2 * (nb % 2)], src);
-          const float v1 = __shfl_sync(0xffffffffu, acc[nb / 2][h][2 * (nb % 2) + 1], src);
-          out[0][nb][i] = odd_row ? v1 : v0;
-        } else {
-          out[0][nb][i] = 0.f;
-        }
-      }
-  }
-
   // ---- reduce inside the CTA: the K_WARPS warps of one column strip sum through shared
   // memory in a log tree; afterwards warps with kw == 0 hold the CTA's partial sums.
-  __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
+  // The reductions treat a warp's accumulators as NF fragments of 4 floats per lane, in
+  // whatever layout they are (row-major [WM][8], or swapped [4][SW]): every warp, and every
+  // CTA sharing a column, uses the same layout, so the sums line up element by element.
+  template <int NF>
+  __device__ __forceinline__ void reduce_frags(FragC* acc) {
+    static_assert(NF * 32 <= RED_WARP, "a warp's fragments fit its reduction slot");
 #pragma unroll
     for (int half = K_WARPS / 2; half >= 1; half /= 2) {
       if (kw >= half && kw < 2 * half) {
         float4* dst = sh_red + (((kw - half) * M_WARPS + mw) * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
-        for (int mb = 0; mb < WM; mb++)
-#pragma unroll
-          for (int nb = 0; nb < 8; nb++)
-            dst[(mb * 8 + nb) * 32] = make_float4(acc[mb][nb][0], acc[mb][nb][1],
-                                                  acc[mb][nb][2], acc[mb][nb][3]);
+        for (int f = 0; f < NF; f++)
+          dst[f * 32] = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
       }
       __syncthreads();
       if (kw < half) {
         const float4* src = sh_red + ((kw * M_WARPS + mw) * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
-        for (int mb = 0; mb < WM; mb++)
-#pragma unroll
-          for (int nb = 0; nb < 8; nb++) {
-            const float4 v = src[(mb * 8 + nb) * 32];
-            acc[mb][nb][0] += v.x;
-            acc[mb][nb][1] += v.y;
-            acc[mb][nb][2] += v.z;
-            acc[mb][nb][3] += v.w;
-          }
+        for (int f = 0; f < NF; f++) {
+          const float4 v = src[f * 32];
+          acc[f][0] += v.x;
+          acc[f][1] += v.y;
+          acc[f][2] += v.z;
+          acc[f][3] += v.w;
+        }
       }
       __syncthreads();
     }
+  }
+
+  __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
+    reduce_frags<WM * 8>(&acc[0][0]);
+  }
+  __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[4][SW]) {
+    reduce_frags<4 * SW>(&acc[0][0]);
+  }
+
+  // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
+  // access is a coalesced 16-byte one.
+  template <int NF>
+  __device__ __forceinline__ void add_scratch(FragC* acc, int slot) {
+    const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                        (mw * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+      const float4 v = __ldcg(src + f * 32);
+      acc[f][0] += v.x;
+      acc[f][1] += v.y;
+      acc[f][2] += v.z;
+      acc[f][3] += v.w;
+    }
+  }
+
+  template <int NF>
+  __device__ __forceinline__ void store_scratch(const FragC* acc, int slot) {
+    float4* dst = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                  (mw * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+      __stcg(dst + f * 32, make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]));
+  }
+
+  // ---- the swapped layout's epilogue. Element i of acc[j][h] is row 8h + 2(lane%4) + i%2 of
+  // the slab and column 16j + lane/4 + 8(i/2) of the warp's 64-column strip: two elements of
+  // a lane are never adjacent in a row, so C is read and written one half at a time (at most
+  // 16 rows; a small cost once per column).
+  __device__ __forceinline__ int swapped_row(int slab, int h, int i) const {
+    return slab * TILE_M + 8 * h + 2 * (lane % 4) + i % 2;
+  }
+  __device__ __forceinline__ __half* swapped_c(int slab, int n_tile, int j, int h, int i) const {
+    const int col = n_tile * TILE_N + nw * 64 + 16 * j + lane / 4 + 8 * (i / 2);
+    return reinterpret_cast<__half*>(C) + static_cast<size_t>(swapped_row(slab, h, i)) * prob_n + col;
+  }
+
+  // Per-channel scales, read one half per column: column w of a 32-column block is stored at
+  // 8((w % 8) / 2) + 2(w / 8) + w % 2 (layout.scale_perm_channel).
+  __device__ __forceinline__ void apply_channel_scales(FragC (&acc)[4][SW], int n_tile) {
+    const __half* s = reinterpret_cast<const __half*>(S);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int hi = 0; hi < 2; hi++) {
+        const int col = n_tile * TILE_N + nw * 64 + 16 * j + lane / 4 + 8 * hi;
+        const int w = col % 32;
+        const float f = __half2float(
+            s[col - w + 8 * ((w % 8) / 2) + 2 * (w / 8) + w % 2]);
+#pragma unroll
+        for (int h = 0; h < SW; h++) {
+          acc[j][h][2 * hi] *= f;
+          acc[j][h][2 * hi + 1] *= f;
+        }
+      }
+  }
+
+  __device__ __forceinline__ void add_partial(FragC (&acc)[4][SW], int slab, int n_tile,
+                                              int slot) {
+    if constexpr (FP32_REDUCE) {
+      add_scratch<4 * SW>(&acc[0][0], slot);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int h = 0; h < SW; h++)
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+            if (swapped_row(slab, h, i) < prob_m)
+              acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(
+                  reinterpret_cast<const unsigned short*>(swapped_c(slab, n_tile, j, h, i)))));
+    }
+  }
+
+  __device__ __forceinline__ void store_result(const FragC (&acc)[4][SW], int slab, int n_tile) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int h = 0; h < SW; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (swapped_row(slab, h, i) < prob_m)
+            __stcg(reinterpret_cast<unsigned short*>(swapped_c(slab, n_tile, j, h, i)),
+                   __half_as_ushort(__float2half_rn(acc[j][h][i])));
+  }
+
+  __device__ __forceinline__ void store_partial(const FragC (&acc)[4][SW], int slab,
+                                                int n_tile, int slot) {
+    if constexpr (FP32_REDUCE) store_scratch<4 * SW>(&acc[0][0], slot);
+    else store_result(acc, slab, n_tile);
   }
 
   // Per-channel scales multiply the accumulators once per column, before any partial sum
@@ -633,18 +709,7 @@ struct Marlin {
   __device__ __forceinline__ void add_partial(FragC (&acc)[WM][8], int slab, int n_tile,
                                               int slot) {
     if constexpr (FP32_REDUCE) {
-      const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
-                          (mw * N_WARPS + nw) * RED_WARP + lane;
-#pragma unroll
-      for (int mb = 0; mb < WM; mb++)
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++) {
-          const float4 v = __ldcg(src + (mb * 8 + nb) * 32);
-          acc[mb][nb][0] += v.x;
-          acc[mb][nb][1] += v.y;
-          acc[mb][nb][2] += v.z;
-          acc[mb][nb][3] += v.w;
-        }
+      add_scratch<WM * 8>(&acc[0][0], slot);
     } else {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++)
@@ -665,14 +730,7 @@ struct Marlin {
   __device__ __forceinline__ void store_partial(const FragC (&acc)[WM][8], int slab,
                                                 int n_tile, int slot) {
     if constexpr (FP32_REDUCE) {
-      float4* dst = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
-                    (mw * N_WARPS + nw) * RED_WARP + lane;
-#pragma unroll
-      for (int mb = 0; mb < WM; mb++)
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-          __stcg(dst + (mb * 8 + nb) * 32,
-                 make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
+      store_scratch<WM * 8>(&acc[0][0], slot);
     } else {
       store_result(acc, slab, n_tile);
     }
@@ -695,7 +753,8 @@ struct Marlin {
   // the bottom of K first: it reaches that column at the start of its stripe, so no CTA ever
   // waits on work that comes late in another CTA's stripe. The order is fixed by the
   // partition, so results are bitwise reproducible. The last CTA writes C and re-arms the lock.
-  __device__ __forceinline__ void finish_column(FragC (&acc)[WM][8], const Cursor& c) {
+  template <typename Acc>   // FragC[WM][8], or FragC[4][SW] with swapped operands
+  __device__ __forceinline__ void finish_column(Acc& acc, const Cursor& c) {
     const int n_tile = c.n_tile;
     const int slab = c.slab;
     const int col = n_tile * parallel + slab;
@@ -729,7 +788,7 @@ struct Marlin {
   }
 
   __device__ __forceinline__ void run() {
-    FragC acc[WM][8];     // row-major accumulators (SWAP: filled from acc_t per column)
+    FragC acc[WM][8];     // row-major accumulators (SWAP == 0)
     FragC acc_t[4][SW];   // SWAP: swapped accumulators
     FragC part[4][SW];    // DEFER_SCALE: this stage's unscaled products
     auto zero_acc = [&]() {
@@ -796,8 +855,8 @@ struct Marlin {
         regs[0] = regs[1];
       }
       if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
-        if constexpr (SWAP > 0) swapped_to_rows(acc_t, acc);
-        finish_column(acc, compute);
+        if constexpr (SWAP > 0) finish_column(acc_t, compute);
+        else finish_column(acc, compute);
         zero_acc();
       }
       advance(compute);

@@ -186,10 +186,12 @@ def _instantiated() -> tuple:
                 # live and spills at 64 rows on sm_80; it is offered for up to 32 rows.
                 if mb <= 2:
                     cfgs.append(KernelConfig(threads, mb, nb, kb, HEURISTIC_STAGES, g, False))
-            # Swapped operands (weights as the MMA's A operand) for up to 8 and 16 rows.
+        # Swapped operands (weights as the MMA's A operand) for up to 8 and 16 rows.
+        for g in GROUP_BLOCKS:
             for swap in (1, 2):
                 cfgs.append(KernelConfig(threads, 1, nb, kb, HEURISTIC_STAGES, g, True,
                                          swap_ab=swap))
+    assert len(set(cfgs)) == len(cfgs), "INSTANTIATED lists a config twice"
     return tuple(c.validate() for c in cfgs)
 
 
