@@ -250,7 +250,8 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
 
     The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket), else a
     heuristic: the tile shape of ``_heuristic_shape``, as many 16-row blocks as M needs (64-row
-    slabs beyond 64) and ``HEURISTIC_STAGES`` stages, fewer if shared memory is short.
+    slabs beyond 64), swapped MMA operands up to 8 rows, and ``HEURISTIC_STAGES`` stages, fewer
+    if shared memory is short.
     """
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     if device_name:
@@ -269,7 +270,11 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
             f"with N a multiple of 128); pad the layer's features up to those multiples.")
     threads, nb, kb = shape
     mb = next(b for b in HEURISTIC_M_BLOCKS if b >= mb)
-    cfg = KernelConfig(threads, mb, nb, kb, 2, group_blocks_for(group_size, k), True)
+    # Up to 8 rows, weights as the MMA's A operand: half the MMAs (on the H200, 8-18 % faster
+    # than the same tile unswapped on every llama2 layer; benchmarks/NOTES.md).
+    swap = 1 if m <= 8 else 0
+    cfg = KernelConfig(threads, mb, nb, kb, 2, group_blocks_for(group_size, k), True,
+                       swap_ab=swap)
     stages = 2
     for s in range(HEURISTIC_STAGES, 1, -1):
         if cfg.with_(stages=s).smem_bytes(has_zp) <= smem_limit:

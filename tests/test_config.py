@@ -59,6 +59,9 @@ class TestDispatch:
         assert cfg.tile_m >= min(m, 64) and not cfg.problems()
         assert cfg.thread_m_blocks != 3        # spills on sm_80; see HEURISTIC_M_BLOCKS
 
+    def test_heuristic_swaps_operands_up_to_8_rows(self):
+        assert [choose_config(m, 8192, 8192, 128).swap_ab for m in (1, 8, 9, 16)] == [1, 1, 0, 0]
+
     def test_tuned_table_is_used_for_its_device(self):
         tuned = choose_config(16, 57344, 8192, 128, device_name="NVIDIA H200")
         assert tuned.name in {c.name for c in tuned_instances()["sm_90"]}

@@ -58,7 +58,7 @@ class TestLookup:
                     [{"n": 57344, "k": 8192, "group_size": 128, "m_bucket": 16,
                       "config": cfg.name}])
         assert choose_config(16, 57344, 8192, 128, device_name="NVIDIA H200") == cfg
-        assert tune.lookup("NVIDIA H200", 1, 57344, 8192, 128) == cfg
+        assert tune.lookup("NVIDIA H200", 9, 57344, 8192, 128) == cfg
 
     def test_cache_of_another_toolchain_is_ignored(self, user_cache):
         cfg = KernelConfig(128, 1, 8, 4, 3, 8, True)
