@@ -57,9 +57,14 @@ def git_commit() -> str:
 
 
 def git_dirty():
-    """Whether the checkout has uncommitted changes to tracked files (``None`` without a
-    git checkout or commit)."""
-    if _git("rev-parse", "HEAD") is None:
+    """Whether the checkout has uncommitted changes to tracked files (``None`` when that cannot
+    be told: no git checkout, or ``$MARLIN_GIT_COMMIT`` names a commit other than the local
+    ``HEAD``, as on a copied tree whose ``.git`` is stale or foreign)."""
+    head = _git("rev-parse", "HEAD")
+    if head is None:
+        return None
+    env = os.environ.get("MARLIN_GIT_COMMIT", "").strip()
+    if env and env != head:
         return None
     status = _git("status", "--porcelain", "--untracked-files=no")
     return None if status is None else bool(status)

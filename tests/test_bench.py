@@ -376,6 +376,17 @@ def test_report_refuses_other_records(tmp_path, capsys):
     assert "is not a bench record" in capsys.readouterr().err
 
 
+def test_headline_table_is_computed_from_the_record(tmp_path, capsys):
+    text = report.headline_table(synthetic_record())
+    assert text.splitlines()[0] == "| M | custom |"
+    assert "| 1 | 3.00x (" in text                     # marlin, summed over the set's layers
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(synthetic_record()))
+    assert report.main([str(path), "--headline", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 3.00x (" in out and not list(tmp_path.glob("*.md"))
+
+
 def test_short_table_names_every_set():
     text = report.short_table(synthetic_record())
     assert "custom" in text and "3.00x" in text

@@ -127,3 +127,14 @@ def test_environment_has_the_common_head():
 def test_git_commit_prefers_the_environment(monkeypatch):
     monkeypatch.setenv("MARLIN_GIT_COMMIT", "0123abcd")
     assert records.git_commit() == "0123abcd"
+
+
+def test_git_dirty_is_unknown_for_a_commit_other_than_head(monkeypatch):
+    from marlin_cupy import records
+    monkeypatch.setattr(records, "_git", lambda *a: "abc" if a[0] == "rev-parse" else " M x")
+    monkeypatch.setenv("MARLIN_GIT_COMMIT", "def")
+    assert records.git_dirty() is None       # a copied tree's .git says nothing about "def"
+    monkeypatch.setenv("MARLIN_GIT_COMMIT", "abc")
+    assert records.git_dirty() is True
+    monkeypatch.delenv("MARLIN_GIT_COMMIT")
+    assert records.git_dirty() is True

@@ -292,6 +292,26 @@ def short_table(rec) -> str:
     return "\n".join(lines)
 
 
+def headline_table(rec, provider: str = "marlin", batches=None) -> str:
+    """Markdown: one row per M, one column per set, "speedup (% of roofline)" of ``provider``
+    summed over the set's layers (the README's table, produced from the record, not typed)."""
+    summary = _summary(rec)
+    sets = _sets(rec)
+    label = next((lb for lb in _labels(rec) if _provider_of(rec, lb) == provider), provider)
+    ms = sorted({m for s_ in sets for m in _batches(rec, s_)})
+    if batches:
+        ms = [m for m in ms if m in batches]
+    rows = []
+    for m in ms:
+        cells = [str(m)]
+        for set_name in sets:
+            e = summary.get((set_name, label, m), {})
+            sp, pct = e.get("summed_speedup"), e.get("summed_pct_roofline")
+            cells.append(f"{_fmt(sp, '.2f')}x ({_fmt(pct, '.0f')}%)" if sp is not None else "-")
+        rows.append(cells)
+    return "\n".join(_table(["M"] + sets, rows))
+
+
 def write_report(rec, json_path, out_dir=None, plots: bool = True) -> list:
     """Markdown (and plots) for the record saved at ``json_path``; returns the paths written."""
     json_path = Path(json_path)
@@ -319,12 +339,19 @@ def main(argv=None) -> int:
     ap.add_argument("json", help="a bench record written by python -m marlin_cupy.bench")
     ap.add_argument("--out-dir", help="where to write (default: beside the JSON)")
     ap.add_argument("--no-plot", action="store_true", help="write the markdown only")
+    ap.add_argument("--headline", metavar="M,M,...", nargs="?", const="",
+                    help="print only the marlin speedup table (for the README), optionally for "
+                         "these batch sizes; writes nothing")
     args = ap.parse_args(argv)
     try:
         rec = load(args.json)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.headline is not None:
+        wanted = [int(v) for v in args.headline.split(",") if v.strip()]
+        print(headline_table(rec, batches=wanted or None))
+        return 0
     for path in write_report(rec, args.json, args.out_dir, plots=not args.no_plot):
         print(path)
     return 0
