@@ -106,6 +106,67 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]), "f"(0.f));
 }
 
+// ---- sm_90a warpgroup MMA (only instantiated by configs with wgmma=True, built for sm_90a).
+// D[64 x N] += A[64 x 16] * B[16 x N]: A from registers (each warp of the warpgroup holds rows
+// 16w..16w+15 as an m16n8k16 A fragment), B from shared memory through a descriptor, D in
+// registers as N/8 fragments of the m16n8 accumulator layout per warp (d[c] = columns 8c..).
+// scale-d is true (always accumulate); the caller zeroes D.
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64, "wgmma N must be 8, 16, 32 or 64");
+  if constexpr (N == 8) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+  if constexpr (N == 16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+  if constexpr (N == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+  }
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle layout: rows of
+// 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the leading byte offset unused
+// (1), layout type 1 (128B swizzle) in bits 62..63. Addresses and offsets are in 16-byte units.
+__device__ __forceinline__ unsigned long long sw128_desc(uint32_t smem_byte_addr) {
+  return static_cast<unsigned long long>((smem_byte_addr >> 4) & 0x3fff) |
+         (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
 // (a & b) | c in one instruction; the LUT byte is (0xF0 & 0xCC) | 0xAA.
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t r;
@@ -223,14 +284,18 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 SWAP blocks of 8 rows (M_BLOCKS == 1; SWAP == 1 serves at most 8 rows).
 //                 One m16n8k16 then covers 16 columns instead of 8: half the MMAs for
 //                 M <= 8, and the group scale can be applied in FP32 once per stage.
+//   WGMMA         (sm_90a) swapped operands through wgmma: each warpgroup (4 warps side by side
+//                 along N) multiplies 64 columns x 8*SWAP rows per instruction, SWAP in
+//                 {1, 2, 4, 8}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS = 4 (A rows of exactly one
+//                 128-byte swizzle atom, which wgmma reads through a descriptor).
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false>
 struct Marlin {
   static constexpr int WARPS = THREADS / 32;
   static constexpr int N_WARPS = N_BLOCKS / 4;     // warps side by side along N
   // A 64-row tile would need 128 accumulators per thread; two warps share it by rows instead
   // (32 rows each), which keeps every instance within 255 registers without spills.
-  static constexpr int M_WARPS = (M_BLOCKS == 4 && WARPS / N_WARPS >= 2) ? 2 : 1;
+  static constexpr int M_WARPS = (SWAP == 0 && M_BLOCKS == 4 && WARPS / N_WARPS >= 2) ? 2 : 1;
   static constexpr int WM = M_BLOCKS / M_WARPS;    // m16 blocks per warp
   static constexpr int K_WARPS = WARPS / (N_WARPS * M_WARPS);  // warps splitting K
   static constexpr int K_SUB = K_BLOCKS / K_WARPS; // k16 steps per warp per stage
@@ -249,7 +314,7 @@ struct Marlin {
   static constexpr int SW = SWAP > 0 ? SWAP : 1;   // array extent for the swapped accumulators
   static constexpr int SUBS_PER_GROUP =
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
-  static constexpr bool DEFER_SCALE = SWAP > 0 && SUBS_PER_GROUP >= 2;
+  static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
 
   // Shared-memory geometry, in int4 (16-byte) units.
   static constexpr int A_ROW = 2 * K_BLOCKS;                        // int4 per A row per stage
@@ -261,7 +326,7 @@ struct Marlin {
   static constexpr int Z_ROW = N_BLOCKS / 2;                        // TILE_N nibbles
   static constexpr int Z_STAGE = HAS_ZP ? GROUPS_PER_STAGE * Z_ROW : 0;
   static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
-  static constexpr int RED_WARP = WM * 8 * 32;                        // float4 per warp
+  static constexpr int RED_WARP = (WM * 8 > 4 * SW ? WM * 8 : 4 * SW) * 32;  // float4 per warp
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
   static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
 
@@ -275,8 +340,12 @@ struct Marlin {
   static_assert(STAGES >= 2, "STAGES must be at least 2");
   static_assert(PER_CHANNEL || GROUP_BLOCKS % K_BLOCKS == 0 || K_BLOCKS % GROUP_BLOCKS == 0,
                 "GROUP_BLOCKS and K_BLOCKS must divide one another");
-  static_assert(SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1),
+  static_assert(WGMMA || (SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1)),
                 "SWAP must be 0, or 1..2 with M_BLOCKS == 1");
+  static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 8) &&
+                           M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS == 4 && N_WARPS % 4 == 0),
+                "WGMMA needs SWAP in {1,2,4,8}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS = 4 and "
+                "N_BLOCKS a multiple of 16 (warpgroups of 4 warps along N)");
 
   // Problem geometry shared by every step.
   const int4* __restrict__ A;
@@ -419,6 +488,7 @@ struct Marlin {
     int4 b;        // 4 words: tiles 0..3 of this warp's 64 columns
     int4 s;        // 8 group scales (grouped), columns lane/4 + 8j
     uint32_t z;    // 8 packed zero points
+    unsigned long long desc;  // WGMMA: descriptor of this step's k16 slice of the A tile
   };
 
   int a_rd_off[K_SUB], b_rd_off[K_SUB], s_rd_off[K_SUB];
@@ -437,8 +507,13 @@ struct Marlin {
 
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
     const int4* a_sh = sh_a + stage * A_STAGE + a_rd_off[sub];
+    if constexpr (WGMMA) {
+      // The slab's rows at k16 block kw + sub * K_WARPS: 32 bytes into each 128-byte row.
+      r.desc = sw128_desc(smem_addr(sh_a + stage * A_STAGE) + 32 * (kw + sub * K_WARPS));
+    } else {
 #pragma unroll
-    for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
+      for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
+    }
     r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
     if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
     if constexpr (HAS_ZP) {
@@ -519,6 +594,36 @@ struct Marlin {
     }
   }
 
+  // ---- matmul through wgmma: the same dequantized A fragments as matmul_swapped, one
+  // m64nNk16 per 16-column block j for the whole warpgroup (warp w supplies rows 16w..16w+15,
+  // i.e. its own block j, and receives their results: acc[j] keeps the swapped layout).
+  __device__ __forceinline__ void matmul_wgmma(const Regs& r, FragC (&acc)[4][SW]) {
+    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
+    const half2* sw = reinterpret_cast<const half2*>(&r.s);
+    ZeroPair zp[4][2];
+    if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
+    FragA w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      FragB f0, f1;
+      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
+      else dequant_sym(bw[j], f0, f1);
+      if constexpr (!PER_CHANNEL) {
+        scale_frag(f0, __low2half2(sw[j]));
+        scale_frag(f1, __high2half2(sw[j]));
+      }
+      w[j][0] = as_u32(f0[0]);
+      w[j][1] = as_u32(f1[0]);
+      w[j][2] = as_u32(f0[1]);
+      w[j][3] = as_u32(f1[1]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], r.desc);
+    wgmma_commit();
+    wgmma_wait<0>();
+  }
+
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
   // takes the low half of scale word j, column 16j + 8 + lane/4 the high half).
   __device__ __forceinline__ void add_scaled(FragC (&acc)[4][SW], const FragC (&part)[4][SW],
@@ -572,7 +677,7 @@ struct Marlin {
   __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
     reduce_frags<WM * 8>(&acc[0][0]);
   }
-  __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[4][SW]) {
+  __device__ __forceinline__ void reduce_in_cta_sw(FragC (&acc)[4][SW]) {
     reduce_frags<4 * SW>(&acc[0][0]);
   }
 
@@ -615,7 +720,7 @@ struct Marlin {
 
   // Per-channel scales, read one half per column: column w of a 32-column block is stored at
   // 8((w % 8) / 2) + 2(w / 8) + w % 2 (layout.scale_perm_channel).
-  __device__ __forceinline__ void apply_channel_scales(FragC (&acc)[4][SW], int n_tile) {
+  __device__ __forceinline__ void apply_channel_scales_sw(FragC (&acc)[4][SW], int n_tile) {
     const __half* s = reinterpret_cast<const __half*>(S);
 #pragma unroll
     for (int j = 0; j < 4; j++)
@@ -633,7 +738,7 @@ struct Marlin {
       }
   }
 
-  __device__ __forceinline__ void add_partial(FragC (&acc)[4][SW], int slab, int n_tile,
+  __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
                                               int slot) {
     if constexpr (FP32_REDUCE) {
       add_scratch<4 * SW>(&acc[0][0], slot);
@@ -650,7 +755,7 @@ struct Marlin {
     }
   }
 
-  __device__ __forceinline__ void store_result(const FragC (&acc)[4][SW], int slab, int n_tile) {
+  __device__ __forceinline__ void store_result_sw(const FragC (&acc)[4][SW], int slab, int n_tile) {
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -662,10 +767,10 @@ struct Marlin {
                    __half_as_ushort(__float2half_rn(acc[j][h][i])));
   }
 
-  __device__ __forceinline__ void store_partial(const FragC (&acc)[4][SW], int slab,
+  __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[4][SW], int slab,
                                                 int n_tile, int slot) {
     if constexpr (FP32_REDUCE) store_scratch<4 * SW>(&acc[0][0], slot);
-    else store_result(acc, slab, n_tile);
+    else store_result_sw(acc, slab, n_tile);
   }
 
   // Per-channel scales multiply the accumulators once per column, before any partial sum
@@ -758,15 +863,23 @@ struct Marlin {
     const int n_tile = c.n_tile;
     const int slab = c.slab;
     const int col = n_tile * parallel + slab;
-    reduce_in_cta(acc);
+    if constexpr (SWAP > 0) reduce_in_cta_sw(acc);
+    else reduce_in_cta(acc);
     if constexpr (PER_CHANNEL) {
-      if (kw == 0) apply_channel_scales(acc, n_tile);
+      if constexpr (SWAP > 0) {
+        if (kw == 0) apply_channel_scales_sw(acc, n_tile);
+      } else {
+        if (kw == 0) apply_channel_scales(acc, n_tile);
+      }
     }
     const int first = col * k_tiles;
     const int top = first / iters;                     // CTA holding the column's k = 0
     const int bottom = (first + k_tiles - 1) / iters;  // CTA holding its last k tile
     if (top == bottom) {
-      if (kw == 0) store_result(acc, slab, n_tile);
+      if (kw == 0) {
+        if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
+        else store_result(acc, slab, n_tile);
+      }
       return;
     }
     const int count = bottom - top + 1;
@@ -778,9 +891,15 @@ struct Marlin {
     }
     __syncthreads();
     if (kw == 0) {
-      if (idx > 0) add_partial(acc, slab, n_tile, top);
-      if (idx == count - 1) store_result(acc, slab, n_tile);
-      else store_partial(acc, slab, n_tile, top);
+      if constexpr (SWAP > 0) {
+        if (idx > 0) add_partial_sw(acc, slab, n_tile, top);
+        if (idx == count - 1) store_result_sw(acc, slab, n_tile);
+        else store_partial_sw(acc, slab, n_tile, top);
+      } else {
+        if (idx > 0) add_partial(acc, slab, n_tile, top);
+        if (idx == count - 1) store_result(acc, slab, n_tile);
+        else store_partial(acc, slab, n_tile, top);
+      }
     }
     __threadfence();
     __syncthreads();
@@ -840,6 +959,8 @@ struct Marlin {
         if constexpr (MARLIN_PROBE == 1) {
         } else if constexpr (SWAP == 0) {
           matmul(regs[sub % 2], acc);
+        } else if constexpr (WGMMA) {
+          matmul_wgmma(regs[sub % 2], acc_t);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
           if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);
@@ -868,17 +989,20 @@ struct Marlin {
 };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP>;
-  extern __shared__ int4 smem[];
+                   FP32_REDUCE, SWAP, WGMMA>;
+  extern __shared__ __align__(1024) int4 smem[];
   // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
   // would corrupt memory silently, so it stops the kernel instead.
   if (dynamic_smem_size() < K::SMEM_INT4 * 16u) __trap();
+  // wgmma's 128-byte swizzle is computed on absolute shared addresses: A tiles must start on
+  // 1024-byte boundaries (A_STAGE is a multiple of 1024 bytes; the window's base must be too).
+  if (WGMMA && (smem_addr(smem) & 1023u) != 0) __trap();
 
   K k;
   k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;

@@ -49,6 +49,10 @@ class KernelConfig:
     #: its B operand, in 1 or 2 blocks of 8 (needs thread_m_blocks=1; 1 serves M <= 8 only):
     #: half the MMAs at M <= 8 and the group scale applied once per stage, in FP32.
     swap_ab: int = 0
+    #: (sm_90a only) swapped operands through wgmma: a warpgroup multiplies 64 columns x
+    #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 8}, thread_m_blocks =
+    #: max(1, swap_ab // 2), thread_k_blocks = 4, thread_n_blocks a multiple of 16.
+    wgmma: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -59,7 +63,8 @@ class KernelConfig:
     def m_warps(self) -> int:
         """Warps sharing a 64-row tile by rows (keeps accumulators within the register file)."""
         along_m_and_k = (self.threads // 32) // max(self.n_warps, 1)
-        return 2 if self.thread_m_blocks == 4 and along_m_and_k >= 2 else 1
+        return 2 if self.swap_ab == 0 and self.thread_m_blocks == 4 and along_m_and_k >= 2 \
+            else 1
 
     @property
     def k_warps(self) -> int:
@@ -78,6 +83,11 @@ class KernelConfig:
         return 16 * self.thread_k_blocks
 
     @property
+    def arch_suffix(self) -> str:
+        """"a" when the instance needs an arch-specific target (sm_90a for wgmma), else ""."""
+        return "a" if self.wgmma else ""
+
+    @property
     def max_m(self) -> int | None:
         """Largest M this instance can run (None: any M, as 64-row or 16-row slabs)."""
         return 8 if self.swap_ab == 1 else None
@@ -88,11 +98,12 @@ class KernelConfig:
         red = "fp32" if self.fp32_reduce else "fp16"
         occ = f"_b{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
         swap = f"_sw{self.swap_ab}" if self.swap_ab else ""
+        wg = "_wg" if self.wgmma else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)"
-                       r"(?:_sw(\d+))?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -101,10 +112,11 @@ class KernelConfig:
             raise ValueError(f"{name!r} is not a config name; expected the form "
                              f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
                              f"per-channel scales; then fp32 or fp16 global reduction; optional "
-                             f"_sw1/_sw2 for swapped MMA operands, then _b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, occ = m.groups()
+                             f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), then "
+                             f"_b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
-                   red == "fp32", int(occ) if occ else 1, int(swap) if swap else 0)
+                   red == "fp32", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg))
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -118,7 +130,8 @@ class KernelConfig:
         b = kb * 8 * nb
         s = 0 if per_channel else groups * 2 * nb
         z = groups * (nb // 2) if has_zp else 0
-        red = (self.k_warps // 2) * self.n_warps * self.thread_m_blocks * 8 * 32
+        frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
+        red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
         return 16 * (self.stages * (a + b + s + z) + red)
 
     def problems(self) -> list:
@@ -145,7 +158,15 @@ class KernelConfig:
         if self.blocks_per_sm not in (1, 2, 3, 4) or self.blocks_per_sm * self.threads > 1024:
             errs.append(f"blocks_per_sm={self.blocks_per_sm} must be 1..4 with at most 1024 "
                         f"threads per SM")
-        if self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
+        if self.wgmma:
+            if self.swap_ab not in (1, 2, 4, 8) or \
+                    self.thread_m_blocks != max(1, self.swap_ab // 2) or \
+                    self.thread_k_blocks != 4 or self.thread_n_blocks % 16:
+                errs.append(f"wgmma needs swap_ab in 1, 2, 4, 8 with thread_m_blocks = "
+                            f"max(1, swap_ab // 2), thread_k_blocks=4 and thread_n_blocks a "
+                            f"multiple of 16 (got swap_ab={self.swap_ab}, m={self.thread_m_blocks}, "
+                            f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
+        elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
             errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):

@@ -16,6 +16,7 @@ Two paths:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,20 +65,48 @@ def source_hash(source: str, options=()) -> str:
 _modules: dict = {}
 
 
-def load_module(source: str, options=()):
+def load_module(source: str, options=(), arch_suffix: str = ""):
     """A ``cupy.RawModule`` for ``source`` on the current device, compiled once per process.
 
     CuPy's own on-disk cache (``~/.cupy/kernel_cache``, or ``CUPY_CACHE_DIR``) makes the
-    compile a file read in later processes.
+    compile a file read in later processes. ``arch_suffix="a"`` builds for the device's
+    arch-specific target (``sm_90a``: wgmma), which CuPy's compile path cannot name (it adds
+    ``-arch=sm_90`` itself): NVRTC then compiles to a cubin in our own cache, keyed like
+    CuPy's (source, options, target, NVRTC version), and ``RawModule(path=...)`` loads it.
     """
     import cupy as cp
     opts = BASE_OPTIONS + tuple(options)
-    key = (source_hash(source, opts), cp.cuda.Device().id)
+    key = (source_hash(source, opts + (arch_suffix,)), cp.cuda.Device().id)
     mod = _modules.get(key)
     if mod is None:
-        mod = cp.RawModule(code=source, options=opts)
+        if arch_suffix:
+            mod = cp.RawModule(path=str(_arch_cubin(source, tuple(options), arch_suffix)))
+        else:
+            mod = cp.RawModule(code=source, options=opts)
         _modules[key] = mod
     return mod
+
+
+def cubin_cache_dir() -> Path:
+    import os
+    root = os.environ.get("MARLIN_CUPY_CACHE") or Path.home() / ".cache" / "marlin_cupy"
+    return Path(root) / "cubin"
+
+
+def _arch_cubin(source: str, options: tuple, arch_suffix: str) -> Path:
+    """Path of the cubin of ``source`` for the current device's ``sm_XX<arch_suffix>``."""
+    import cupy as cp
+    from cupy.cuda import nvrtc
+    arch = f"sm_{cp.cuda.Device().compute_capability}{arch_suffix}"
+    version = "%d.%d" % nvrtc.getVersion()
+    path = cubin_cache_dir() / f"{source_hash(source, options + (arch, version))}_{arch}.cubin"
+    if not path.is_file():
+        cubin, _ = compile_offline(source, arch, options)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        tmp.replace(path)          # atomic: a concurrent reader never sees half a cubin
+    return path
 
 
 @dataclass(frozen=True)
@@ -162,14 +191,20 @@ def compile_offline(source: str, arch: str, options=(), name: str = "kernel.cu")
     return cubin, parse_ptxas_log(log)
 
 
-def _compile_one(source: str) -> str:
+def _compile_one(item) -> str:
+    """Compile one source (or ``(source, arch_suffix)``) into the on-disk caches."""
     import cupy as cp
-    cp.RawModule(code=source, options=BASE_OPTIONS).compile()
+    source, suffix = item if isinstance(item, tuple) else (item, "")
+    if suffix:
+        _arch_cubin(source, (), suffix)
+    else:
+        cp.RawModule(code=source, options=BASE_OPTIONS).compile()
     return source_hash(source)
 
 
 def warm_cache(sources, workers: int = 8) -> int:
-    """Compile ``sources`` in parallel worker processes into CuPy's on-disk cache.
+    """Compile ``sources`` (strings, or ``(source, arch_suffix)`` pairs for arch-specific
+    targets such as sm_90a) in parallel worker processes into the on-disk caches.
 
     NVRTC is single-threaded and a Marlin instance takes about a second, so a test session
     that touches every instantiated configuration compiles them all up front, in parallel;

@@ -88,7 +88,7 @@ def _kernel(cfg: KernelConfig, has_zp: bool):
     key = (cp.cuda.Device().id, cfg, has_zp)
     ker = _kernels.get(key)
     if ker is None:
-        module = jit.load_module(kernels.marlin_source(cfg, has_zp))
+        module = jit.load_module(kernels.marlin_source(cfg, has_zp), arch_suffix=cfg.arch_suffix)
         ker = module.get_function(kernels.marlin_entry(cfg, has_zp))
         ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
         _kernels[key] = ker
@@ -165,7 +165,7 @@ def _check_gpu_array(a, name: str, dtype, shape):
 
 
 def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, has_zp: bool,
-                  smem_limit: int):
+                  smem_limit: int, device_cc: str | None = None):
     """Everything the chosen kernel instance needs of the problem, checked before launch."""
     cfg.validate(smem_limit, has_zp)
     errs = []
@@ -177,6 +177,9 @@ def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, ha
     if cfg.group_blocks != want:
         errs.append(f"config group_blocks={cfg.group_blocks} does not match the weight's "
                     f"group_size={group_size} (needs group_blocks={want})")
+    if cfg.wgmma and device_cc is not None and device_cc != "90":
+        errs.append(f"wgmma configs run on compute capability 9.0 (sm_90a) only; this device "
+                    f"is {device_cc}")
     if cfg.max_m is not None and m > cfg.max_m:
         errs.append(f"M={m} is more than the {cfg.max_m} rows a swap_ab={cfg.swap_ab} config "
                     f"serves (swap_ab=2 or 0 serve any M)")
@@ -205,7 +208,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
         m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"])
-    check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"])
+    check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     if max_ctas is not None and max_ctas < 1:
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)

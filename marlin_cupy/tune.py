@@ -33,6 +33,10 @@ TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 1
 TUNE_STAGES = (3, 4, 6, 8)
 #: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
 TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
+#: wgmma candidates (sm_90a devices): (threads, n_blocks) with 64-deep K stages, and the
+#: swap_ab (8-row blocks per wgmma) tried per bucket.
+TUNE_WGMMA_SHAPES = ((128, 16), (256, 16), (256, 32))
+TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (4, 8), 64: (4, 8), 1 << 30: (4, 8)}
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
 BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
 
@@ -110,7 +114,7 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
                    if cfg.smem_bytes(zp) <= limit)
     from . import jit, kernels
     return any(r.spills for zp in (False, True)
-               for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch)[1])
+               for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
 def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> list:
@@ -126,7 +130,7 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> l
             for (n, k, b), r in best.items()]
 
 
-def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
+def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
     # Swapped operands serve up to 8 (swap_ab=1) or 16 rows per slab (swap_ab=2).
@@ -146,11 +150,26 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int):
                     except ValueError:
                         continue
                     out.append(cfg)
+    if wgmma:
+        for threads, nb in TUNE_WGMMA_SHAPES:
+            for swap in TUNE_WGMMA_SWAPS[m_bucket(m)]:
+                for st in TUNE_STAGES:
+                    cfg = KernelConfig(threads, max(1, swap // 2), nb, 4, st, g, True, 1, swap,
+                                       wgmma=True)
+                    if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+                        continue
+                    try:
+                        cfg.validate(smem_limit)
+                    except ValueError:
+                        continue
+                    out.append(cfg)
     return out
 
 
-def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True) -> dict:
-    """Measure every candidate for every (shape, bucket); returns the table as a dict."""
+def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
+         wgmma: bool | None = None) -> dict:
+    """Measure every candidate for every (shape, bucket); returns the table as a dict.
+    ``wgmma`` adds the sm_90a wgmma candidates (default: on compute capability 9.0)."""
     import cupy as cp
     import numpy as np
 
@@ -165,10 +184,12 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
     l2 = int(dev.get("l2CacheSize", 50 << 20))
     rng = np.random.default_rng(0)
+    wg = wgmma if wgmma is not None else facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
-                                                           facts["smem_optin"])}
-    jit.warm_cache([kernels.marlin_source(c, zp) for c in all_cfgs for zp in (False, True)],
+                                                           facts["smem_optin"], wg)}
+    jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix) if c.arch_suffix
+                    else kernels.marlin_source(c, zp) for c in all_cfgs for zp in (False, True)],
                    workers=os.cpu_count() or 4)
     entries, rows = [], []
     try:
@@ -189,7 +210,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             for b in buckets:
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for cfg in candidates(m, n, k, group_size, facts["smem_optin"]):
+                for cfg in candidates(m, n, k, group_size, facts["smem_optin"], wg):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)

@@ -15,6 +15,8 @@ INVALID = {
     "groups": KernelConfig(thread_k_blocks=8, group_blocks=3),
     "swap_m_blocks": KernelConfig(thread_m_blocks=2, swap_ab=1),
     "swap_value": KernelConfig(swap_ab=3),
+    "wgmma_k_blocks": KernelConfig(thread_k_blocks=8, swap_ab=2, wgmma=True),
+    "wgmma_m_blocks": KernelConfig(thread_m_blocks=1, thread_k_blocks=4, swap_ab=4, wgmma=True),
 }
 
 
@@ -42,7 +44,8 @@ class TestValidationMirrorsStaticAsserts:
 class TestNames:
     @pytest.mark.parametrize("cfg", list(INSTANTIATED[:10]) + [
         KernelConfig(blocks_per_sm=2), KernelConfig(group_blocks=-1, fp32_reduce=False),
-        KernelConfig(swap_ab=1), KernelConfig(swap_ab=2, blocks_per_sm=2)],
+        KernelConfig(swap_ab=1), KernelConfig(swap_ab=2, blocks_per_sm=2),
+        KernelConfig(thread_m_blocks=4, thread_k_blocks=4, swap_ab=8, wgmma=True, blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg

@@ -14,6 +14,13 @@ from marlin_cupy.config import INSTANTIATED, KernelConfig, tuned_instances
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
+#: sm_90a wgmma configs, one per structural case: 8/16/32/64-row blocks, one or two warpgroups
+#: along N or K, per-channel and g32 scales, FP16 reduction.
+WGMMA_CONFIGS = tuple(KernelConfig.from_name(n) for n in (
+    "t128_m1_n16_k4_s4_g8_fp32_sw1_wg", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg",
+    "t128_m2_n16_k4_s4_g8_fp32_sw4_wg", "t256_m1_n16_k4_s4_g8_fp32_sw2_wg",
+    "t256_m2_n32_k4_s4_g8_fp32_sw4_wg", "t128_m1_n16_k4_s4_gc_fp32_sw2_wg",
+    "t128_m1_n16_k4_s4_g2_fp16_sw2_wg", "t256_m2_n16_k4_s4_g4_fp32_sw4_wg"))
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -62,9 +69,12 @@ def problem_for(cfg: KernelConfig, rng):
 
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
-    @pytest.mark.parametrize("cfg", DISPATCHABLE, ids=lambda c: c.name)
+    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_CONFIGS, ids=lambda c: c.name)
     def test_config(self, cfg, has_zp):
         from marlin_cupy.ops import device_facts
+        if cfg.wgmma and device_facts()["cc"] != "90":
+            pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is "
+                        f"sm_{device_facts()['cc']}")
         limit = device_facts()["smem_optin"]
         if cfg.smem_bytes(has_zp) > limit:
             pytest.skip(f"{cfg.name} needs {cfg.smem_bytes(has_zp)} bytes of shared memory; "
