@@ -286,8 +286,9 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 M <= 8, and the group scale can be applied in FP32 once per stage.
 //   WGMMA         (sm_90a) swapped operands through wgmma: each warpgroup (4 warps side by side
 //                 along N) multiplies 64 columns x 8*SWAP rows per instruction, SWAP in
-//                 {1, 2, 4, 8}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS = 4 (A rows of exactly one
-//                 128-byte swizzle atom, which wgmma reads through a descriptor).
+//                 {1, 2, 4, 8}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
+//                 tile is stored as K_BLOCKS / 4 regions of 128-byte rows (64 halves of K), each
+//                 the 128-byte swizzle layout wgmma reads through a descriptor.
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false>
 struct Marlin {
@@ -343,8 +344,8 @@ struct Marlin {
   static_assert(WGMMA || (SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1)),
                 "SWAP must be 0, or 1..2 with M_BLOCKS == 1");
   static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 8) &&
-                           M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS == 4 && N_WARPS % 4 == 0),
-                "WGMMA needs SWAP in {1,2,4,8}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS = 4 and "
+                           M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS % 4 == 0 && N_WARPS % 4 == 0),
+                "WGMMA needs SWAP in {1,2,4,8}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 and "
                 "N_BLOCKS a multiple of 16 (warpgroups of 4 warps along N)");
 
   // Problem geometry shared by every step.
@@ -422,7 +423,9 @@ struct Marlin {
       a_gl_off[i] = r * a_gl_stride + c;
       // Chunk c of row r goes to c ^ (r % 8): ldmatrix then reads 8 rows of one logical
       // chunk from 8 different bank groups.
-      a_sh_off[i] = r * A_ROW + (c ^ (r & 7));
+      // WGMMA: the same swizzle within 64-half-wide regions of rows of exactly 128 bytes.
+      a_sh_off[i] = WGMMA ? (c / 8) * (TILE_M * 8) + r * 8 + ((c % 8) ^ (r & 7))
+                          : r * A_ROW + (c ^ (r & 7));
     }
     const int b_gl_stride = prob_n / 2;
 #pragma unroll
@@ -508,8 +511,11 @@ struct Marlin {
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
     const int4* a_sh = sh_a + stage * A_STAGE + a_rd_off[sub];
     if constexpr (WGMMA) {
-      // The slab's rows at k16 block kw + sub * K_WARPS: 32 bytes into each 128-byte row.
-      r.desc = sw128_desc(smem_addr(sh_a + stage * A_STAGE) + 32 * (kw + sub * K_WARPS));
+      // The slab's rows at k16 block kb = kw + sub * K_WARPS: region kb / 4, 32 bytes per
+      // k16 block into each 128-byte row.
+      const int kb = kw + sub * K_WARPS;
+      r.desc = sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) +
+                          32 * (kb % 4));
     } else {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
@@ -621,7 +627,6 @@ struct Marlin {
 #pragma unroll
     for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], r.desc);
     wgmma_commit();
-    wgmma_wait<0>();
   }
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
@@ -945,6 +950,24 @@ struct Marlin {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
+        if constexpr (WGMMA && MARLIN_PROBE != 1) {
+          // wgmma reads its A tile from shared memory while later instructions run: one
+          // group stays in flight across the next step's dequantization, and the stage's last
+          // group completes before the barrier after which its slot may be refilled.
+          if (sub == K_SUB - 1) {
+            matmul_wgmma(regs[sub % 2], acc_t);
+            wgmma_wait<0>();
+            fetch_or_skip(fetch, refill);
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (unit + 1 < unit_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
+          } else {
+            fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
+            matmul_wgmma(regs[sub % 2], acc_t);
+            wgmma_wait<1>();
+          }
+          continue;
+        }
         if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
@@ -959,8 +982,6 @@ struct Marlin {
         if constexpr (MARLIN_PROBE == 1) {
         } else if constexpr (SWAP == 0) {
           matmul(regs[sub % 2], acc);
-        } else if constexpr (WGMMA) {
-          matmul_wgmma(regs[sub % 2], acc_t);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
           if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);

@@ -51,7 +51,7 @@ class KernelConfig:
     swap_ab: int = 0
     #: (sm_90a only) swapped operands through wgmma: a warpgroup multiplies 64 columns x
     #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 8}, thread_m_blocks =
-    #: max(1, swap_ab // 2), thread_k_blocks = 4, thread_n_blocks a multiple of 16.
+    #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
     wgmma: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
@@ -161,9 +161,9 @@ class KernelConfig:
         if self.wgmma:
             if self.swap_ab not in (1, 2, 4, 8) or \
                     self.thread_m_blocks != max(1, self.swap_ab // 2) or \
-                    self.thread_k_blocks != 4 or self.thread_n_blocks % 16:
+                    self.thread_k_blocks % 4 or self.thread_n_blocks % 16:
                 errs.append(f"wgmma needs swap_ab in 1, 2, 4, 8 with thread_m_blocks = "
-                            f"max(1, swap_ab // 2), thread_k_blocks=4 and thread_n_blocks a "
+                            f"max(1, swap_ab // 2), thread_k_blocks a multiple of 4 and thread_n_blocks a "
                             f"multiple of 16 (got swap_ab={self.swap_ab}, m={self.thread_m_blocks}, "
                             f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
         elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):

@@ -33,9 +33,10 @@ TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 1
 TUNE_STAGES = (3, 4, 6, 8)
 #: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
 TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
-#: wgmma candidates (sm_90a devices): (threads, n_blocks) with 64-deep K stages, and the
+#: wgmma candidates (sm_90a devices): (threads, n_blocks, k_blocks), and the
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
-TUNE_WGMMA_SHAPES = ((128, 16), (256, 16), (256, 32))
+TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
+                     (256, 32, 8))
 TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (4, 8), 64: (4, 8), 1 << 30: (4, 8)}
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
 BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
@@ -151,10 +152,10 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                         continue
                     out.append(cfg)
     if wgmma:
-        for threads, nb in TUNE_WGMMA_SHAPES:
+        for threads, nb, kb in TUNE_WGMMA_SHAPES:
             for swap in TUNE_WGMMA_SWAPS[m_bucket(m)]:
                 for st in TUNE_STAGES:
-                    cfg = KernelConfig(threads, max(1, swap // 2), nb, 4, st, g, True, 1, swap,
+                    cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True, 1, swap,
                                        wgmma=True)
                     if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
                         continue

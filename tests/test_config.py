@@ -15,7 +15,7 @@ INVALID = {
     "groups": KernelConfig(thread_k_blocks=8, group_blocks=3),
     "swap_m_blocks": KernelConfig(thread_m_blocks=2, swap_ab=1),
     "swap_value": KernelConfig(swap_ab=3),
-    "wgmma_k_blocks": KernelConfig(thread_k_blocks=8, swap_ab=2, wgmma=True),
+    "wgmma_k_blocks": KernelConfig(thread_k_blocks=6, swap_ab=2, wgmma=True),
     "wgmma_m_blocks": KernelConfig(thread_m_blocks=1, thread_k_blocks=4, swap_ab=4, wgmma=True),
 }
 
