@@ -627,6 +627,10 @@ struct Marlin {
 #pragma unroll
     for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], r.desc);
     wgmma_commit();
+    // Wait before the next step's dequantization: keeping one group in flight across it
+    // (wait_group 1) measured 5-15 % faster but gave wrong sums in a 255-register instance
+    // (benchmarks/NOTES.md, entry 8), so every group completes here.
+    wgmma_wait<0>();
   }
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
@@ -951,12 +955,10 @@ struct Marlin {
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
         if constexpr (WGMMA && MARLIN_PROBE != 1) {
-          // wgmma reads its A tile from shared memory while later instructions run: one
-          // group stays in flight across the next step's dequantization, and the stage's last
-          // group completes before the barrier after which its slot may be refilled.
+          // wgmma reads its A tile from shared memory asynchronously: the stage's last group
+          // completes before the barrier after which its slot may be refilled.
           if (sub == K_SUB - 1) {
             matmul_wgmma(regs[sub % 2], acc_t);
-            wgmma_wait<0>();
             fetch_or_skip(fetch, refill);
             cp_async_wait<STAGES - 2>();
             __syncthreads();
@@ -964,7 +966,6 @@ struct Marlin {
           } else {
             fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
             matmul_wgmma(regs[sub % 2], acc_t);
-            wgmma_wait<1>();
           }
           continue;
         }

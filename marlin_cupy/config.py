@@ -227,6 +227,17 @@ HEURISTIC_M_BLOCKS = (1, 2, 4)
 INSTANTIATED = _instantiated()
 
 
+#: Experimental sm_90a wgmma configs (never dispatched by default; pass config= or tune with
+#: ``--wgmma``): one per structural case, compiled by CI for sm_90a and run by the GPU tests.
+WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t128_m1_n16_k4_s4_g8_fp32_sw1_wg", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg",
+    "t128_m2_n16_k4_s4_g8_fp32_sw4_wg", "t256_m1_n16_k4_s4_g8_fp32_sw2_wg",
+    "t256_m2_n32_k4_s4_g8_fp32_sw4_wg", "t128_m1_n16_k4_s4_gc_fp32_sw2_wg",
+    "t128_m1_n16_k4_s4_g2_fp16_sw2_wg", "t256_m2_n16_k4_s4_g4_fp32_sw4_wg",
+    "t128_m1_n16_k8_s4_g8_fp32_sw2_wg", "t256_m2_n32_k8_s4_g4_fp32_sw4_wg",
+    "t256_m1_n16_k8_s3_gc_fp32_sw1_wg", "t256_m2_n16_k8_s6_g8_fp32_sw4_wg"))
+
+
 def tuned_instances() -> dict:
     """Configs reachable through the shipped tuned tables, by architecture. CI compiles them for
     their table's architecture; the GPU tests run them all."""

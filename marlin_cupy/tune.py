@@ -168,9 +168,10 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
-         wgmma: bool | None = None) -> dict:
+         wgmma: bool = False) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
-    ``wgmma`` adds the sm_90a wgmma candidates (default: on compute capability 9.0)."""
+    ``wgmma`` adds the experimental sm_90a wgmma candidates (compute capability 9.0 only; off by
+    default: on the H200 they time at par with mma.sync at best, NOTES.md entry 8)."""
     import cupy as cp
     import numpy as np
 
@@ -185,7 +186,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
     l2 = int(dev.get("l2CacheSize", 50 << 20))
     rng = np.random.default_rng(0)
-    wg = wgmma if wgmma is not None else facts["cc"] == "90"
+    wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
                                                            facts["smem_optin"], wg)}
@@ -240,6 +241,8 @@ def main(argv=None) -> int:
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--out", help="write the table here (default: the user cache)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--wgmma", action="store_true",
+                   help="also measure the experimental sm_90a wgmma configs (cc 9.0 only)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
@@ -277,7 +280,7 @@ def main(argv=None) -> int:
         k, n = (int(v) for v in item.split(","))
         shapes.append((k, n))
     shapes = list(dict.fromkeys(shapes))
-    table = tune(shapes, a.group_size, progress=not a.no_progress)
+    table = tune(shapes, a.group_size, progress=not a.no_progress, wgmma=a.wgmma)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))

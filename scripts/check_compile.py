@@ -91,7 +91,7 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import tuned_instances
+    from marlin_cupy.config import WGMMA_EXAMPLES, tuned_instances
 
     def target(cfg, zp, archs=()):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",
@@ -99,10 +99,12 @@ def config_targets():
                       entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs)
 
     targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
-    tuned = [target(cfg, zp, (arch,)) for arch, cfgs in tuned_instances().items()
+    tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tuned_instances().items()
              for cfg in cfgs for zp in (False, True)]
-    return targets + tuned, (f"{len(INSTANTIATED)} instantiated configuration(s) and "
-                             f"{len(tuned) // 2} from tuned tables, sym and zero-point each")
+    wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
+    return targets + tuned + wg, (
+        f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables "
+        f"and {len(wg) // 2} experimental wgmma ones (sm_90a), sym and zero-point each")
 
 
 def all_targets():
@@ -181,10 +183,18 @@ def _compile_job(args):
     return compile_one(*args)
 
 
+def _archs_for(target: Target, archs) -> list:
+    """The architectures to compile a target for: the requested ones it allows; an
+    arch-specific target (sm_90a) whenever its base architecture (sm_90) is requested."""
+    if not target.archs:
+        return list(archs)
+    return [a for a in target.archs if a in archs or a.rstrip("a") in archs]
+
+
 def run_checks(targets, archs=DEFAULT_ARCHS, jobs: int = 2, cache_dir=DEFAULT_CACHE) -> list:
     """Compile every (target, arch) pair with a pool of ``jobs`` processes (NVRTC is CPU-bound)."""
-    work = [(t, a, str(cache_dir) if cache_dir else None) for t in targets for a in archs
-            if not t.archs or a in t.archs]
+    work = [(t, a, str(cache_dir) if cache_dir else None) for t in targets
+            for a in _archs_for(t, archs)]
     if jobs <= 1 or len(work) <= 1:
         return [_compile_job(w) for w in work]
     # fork keeps start-up cheap and works when this file was imported under any module name.

@@ -10,19 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
-from marlin_cupy.config import INSTANTIATED, KernelConfig, tuned_instances
+from marlin_cupy.config import INSTANTIATED, WGMMA_EXAMPLES, KernelConfig, tuned_instances
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
-#: sm_90a wgmma configs, one per structural case: 8/16/32/64-row blocks, one or two warpgroups
-#: along N or K, per-channel and g32 scales, FP16 reduction.
-WGMMA_CONFIGS = tuple(KernelConfig.from_name(n) for n in (
-    "t128_m1_n16_k4_s4_g8_fp32_sw1_wg", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg",
-    "t128_m2_n16_k4_s4_g8_fp32_sw4_wg", "t256_m1_n16_k4_s4_g8_fp32_sw2_wg",
-    "t256_m2_n32_k4_s4_g8_fp32_sw4_wg", "t128_m1_n16_k4_s4_gc_fp32_sw2_wg",
-    "t128_m1_n16_k4_s4_g2_fp16_sw2_wg", "t256_m2_n16_k4_s4_g4_fp32_sw4_wg",
-    "t128_m1_n16_k8_s4_g8_fp32_sw2_wg", "t256_m2_n32_k8_s4_g4_fp32_sw4_wg",
-    "t256_m1_n16_k8_s3_gc_fp32_sw1_wg"))
+#: The experimental sm_90a wgmma configs (config.WGMMA_EXAMPLES), run where the device is cc 9.0.
+WGMMA_CONFIGS = WGMMA_EXAMPLES
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
