@@ -111,42 +111,41 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 // 16w..16w+15 as an m16n8k16 A fragment), B from shared memory through a descriptor, D in
 // registers as N/8 fragments of the m16n8 accumulator layout per warp (d[c] = columns 8c..).
 // scale-d is true (always accumulate); the caller zeroes D.
+// Constraints of accumulator fragment i, and the inputs that follow the accumulators.
+#define MC_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define MC_WGMMA_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64, "wgmma N must be 8, 16, 32 or 64");
-  if constexpr (N == 8) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-        "{%0, %1, %2, %3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-  }
-  if constexpr (N == 16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-  }
-  if constexpr (N == 32) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-  }
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-  }
+  // scale-d, the last input (1), becomes the predicate p; the A fragment follows D.
+  if constexpr (N == 8)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+                 : MC_ACC(0)
+                 : MC_WGMMA_IN);
+  if constexpr (N == 16)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : MC_ACC(0), MC_ACC(1)
+                 : MC_WGMMA_IN);
+  if constexpr (N == 32)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3)
+                 : MC_WGMMA_IN);
+  if constexpr (N == 64)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7)
+                 : MC_WGMMA_IN);
 }
+#undef MC_ACC
+#undef MC_WGMMA_IN
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -529,11 +528,36 @@ struct Marlin {
     }
   }
 
+  // ---- one 16x16 weight tile (word j of a step's B registers) as the two n8 B fragments
+  // f0 (columns 16j..16j+7) and f1 (16j+8..16j+15), with the group scales applied if SCALE.
+  template <bool SCALE>
+  __device__ __forceinline__ void dequant_tile(const Regs& r, const ZeroPair (&zp)[4][2], int j,
+                                               FragB& f0, FragB& f1) const {
+    const uint32_t q = reinterpret_cast<const uint32_t*>(&r.b)[j];
+    if constexpr (HAS_ZP) dequant_zp(q, zp[j][0], zp[j][1], f0, f1);
+    else dequant_sym(q, f0, f1);
+    if constexpr (SCALE && !PER_CHANNEL) {
+      const half2 s = reinterpret_cast<const half2*>(&r.s)[j];
+      scale_frag(f0, __low2half2(s));
+      scale_frag(f1, __high2half2(s));
+    }
+  }
+
+  // The same 16 columns taken as the 16 rows of an A fragment: a0 = f0's b0, a1 = f1's b0,
+  // a2 = f0's b1, a3 = f1's b1 (m16n8k16 fragment ownership; see matmul_swapped).
+  static __device__ __forceinline__ FragA as_a_fragment(const FragB& f0, const FragB& f1) {
+    FragA w;
+    w[0] = as_u32(f0[0]);
+    w[1] = as_u32(f1[0]);
+    w[2] = as_u32(f0[1]);
+    w[3] = as_u32(f1[1]);
+    return w;
+  }
+
   // ---- matmul: dequantize each 16x16 weight tile just before its MMAs, so the integer and
   // half pipes of the next tile overlap the tensor cores of this one.
   __device__ __forceinline__ void matmul(const Regs& r, FragC (&acc)[WM][8]) {
     const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
-    const half2* sw = reinterpret_cast<const half2*>(&r.s);
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
 #pragma unroll
@@ -543,12 +567,7 @@ struct Marlin {
         f0[0] = as_half2(bw[j]); f0[1] = as_half2(bw[j] >> 4);
         f1[0] = as_half2(bw[j] >> 8); f1[1] = as_half2(bw[j] >> 12);
       } else {
-        if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
-        else dequant_sym(bw[j], f0, f1);
-        if constexpr (!PER_CHANNEL) {
-          scale_frag(f0, __low2half2(sw[j]));
-          scale_frag(f1, __high2half2(sw[j]));
-        }
+        dequant_tile<true>(r, zp, j, f0, f1);
       }
       if constexpr (MARLIN_PROBE == 3) {
         asm volatile("" ::"r"(as_u32(f0[0])), "r"(as_u32(f0[1])), "r"(as_u32(f1[0])),
@@ -571,24 +590,13 @@ struct Marlin {
   // 8h + 2(lane%4) (+1 for odd elements). FRESH starts new partial sums (DEFER_SCALE).
   template <bool FRESH>
   __device__ __forceinline__ void matmul_swapped(const Regs& r, FragC (&acc)[4][SW]) {
-    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
-    const half2* sw = reinterpret_cast<const half2*>(&r.s);
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       FragB f0, f1;
-      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
-      else dequant_sym(bw[j], f0, f1);
-      if constexpr (!PER_CHANNEL && !DEFER_SCALE) {
-        scale_frag(f0, __low2half2(sw[j]));
-        scale_frag(f1, __high2half2(sw[j]));
-      }
-      FragA w;
-      w[0] = as_u32(f0[0]);
-      w[1] = as_u32(f1[0]);
-      w[2] = as_u32(f0[1]);
-      w[3] = as_u32(f1[1]);
+      dequant_tile<!DEFER_SCALE>(r, zp, j, f0, f1);
+      const FragA w = as_a_fragment(f0, f1);
 #pragma unroll
       for (int h = 0; h < SWAP; h++) {
         FragB x;
@@ -604,24 +612,14 @@ struct Marlin {
   // m64nNk16 per 16-column block j for the whole warpgroup (warp w supplies rows 16w..16w+15,
   // i.e. its own block j, and receives their results: acc[j] keeps the swapped layout).
   __device__ __forceinline__ void matmul_wgmma(const Regs& r, FragC (&acc)[4][SW]) {
-    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&r.b);
-    const half2* sw = reinterpret_cast<const half2*>(&r.s);
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
     FragA w[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       FragB f0, f1;
-      if constexpr (HAS_ZP) dequant_zp(bw[j], zp[j][0], zp[j][1], f0, f1);
-      else dequant_sym(bw[j], f0, f1);
-      if constexpr (!PER_CHANNEL) {
-        scale_frag(f0, __low2half2(sw[j]));
-        scale_frag(f1, __high2half2(sw[j]));
-      }
-      w[j][0] = as_u32(f0[0]);
-      w[j][1] = as_u32(f1[0]);
-      w[j][2] = as_u32(f0[1]);
-      w[j][3] = as_u32(f1[1]);
+      dequant_tile<true>(r, zp, j, f0, f1);
+      w[j] = as_a_fragment(f0, f1);
     }
     wgmma_fence();
 #pragma unroll

@@ -131,6 +131,17 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> l
             for (n, k, b), r in best.items()]
 
 
+def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
+    """Valid, tiles divide the layer, and fits the device's shared memory."""
+    if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
+        return False
+    try:
+        cfg.validate(smem_limit)
+    except ValueError:
+        return False
+    return True
+
+
 def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
@@ -144,26 +155,16 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
             for st in stages:
                 for swap in swaps:
                     cfg = KernelConfig(threads, mb, nb, kb, st, g, True, blocks, swap)
-                    if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
-                        continue
-                    try:
-                        cfg.validate(smem_limit)
-                    except ValueError:
-                        continue
-                    out.append(cfg)
+                    if _fits(cfg, n, k, smem_limit):
+                        out.append(cfg)
     if wgmma:
         for threads, nb, kb in TUNE_WGMMA_SHAPES:
             for swap in TUNE_WGMMA_SWAPS[m_bucket(m)]:
                 for st in TUNE_STAGES:
                     cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True, 1, swap,
                                        wgmma=True)
-                    if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
-                        continue
-                    try:
-                        cfg.validate(smem_limit)
-                    except ValueError:
-                        continue
-                    out.append(cfg)
+                    if _fits(cfg, n, k, smem_limit):
+                        out.append(cfg)
     return out
 
 
