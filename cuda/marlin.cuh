@@ -746,7 +746,7 @@ struct Marlin {
   }
 
   __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
-                                              int slot) {
+                                                 int slot) {
     if constexpr (FP32_REDUCE) {
       add_scratch<4 * SW>(&acc[0][0], slot);
     } else {
@@ -775,7 +775,7 @@ struct Marlin {
   }
 
   __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[4][SW], int slab,
-                                                int n_tile, int slot) {
+                                                   int n_tile, int slot) {
     if constexpr (FP32_REDUCE) store_scratch<4 * SW>(&acc[0][0], slot);
     else store_result_sw(acc, slab, n_tile);
   }
