@@ -63,7 +63,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // 16-byte global->shared copy that bypasses L1. When `pred` is false nothing is read and the
-// destination is zero-filled (src-size 0).
+// destination is zero-filled (src-size 0), so rows past M hold zeros, never stale data.
 __device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bool pred) {
   const int src_bytes = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
@@ -438,12 +438,7 @@ struct Marlin {
 
   // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
   __device__ __forceinline__ void fetch_to_shared(const Cursor& c, int stage) {
-    // A: the rows of this slab that exist. With one 16-row block, rows past M are not copied
-    // at all: at M = 1 they would be most of the copies (as many as B's with 64-column
-    // tiles). What they hold instead (zeros from the start, or rows of an earlier slab) only
-    // reaches output rows past M, which are never written: an MMA's output row depends on
-    // its own A row alone. Larger tiles zero-fill them (src-size 0, nothing read): skipping
-    // costs those instances the registers they do not have.
+    // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
     {
       const int rows_left = prob_m - c.slab * TILE_M;
       const int4* a_gl = c.a;
@@ -452,11 +447,7 @@ struct Marlin {
       for (int i = 0; i < A_ITERS; i++) {
         if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
           const bool valid = a_row[i] < rows_left;
-          if constexpr (M_BLOCKS == 1) {
-            if (valid) cp_async16(a_sh + a_sh_off[i], a_gl + a_gl_off[i]);
-          } else {
-            cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
-          }
+          cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
         }
       }
     }
@@ -1057,11 +1048,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.kw = k.warp / (K::N_WARPS * K::M_WARPS);
   k.init_fetch_offsets();
   k.init_read_offsets();
-  // The A ring starts as zeros, so rows past M that are never copied are never uninitialized.
-  if constexpr (M_BLOCKS == 1) {
-    for (int i = k.tid; i < STAGES * K::A_STAGE; i += THREADS) k.sh_a[i] = make_int4(0, 0, 0, 0);
-    __syncthreads();
-  }
   k.run();
 }
 
