@@ -87,6 +87,13 @@ class TestDispatch:
             check_problem(cfg, 9, 8192, 8192, 128, False, 232448)
         check_problem(cfg.with_(swap_ab=2), 1000, 8192, 8192, 128, False, 232448)
 
+    def test_wgmma_configs_need_compute_capability_9_0(self):
+        from marlin_cupy.ops import check_problem
+        cfg = KernelConfig.from_name("t128_m1_n16_k4_s4_g8_fp32_sw2_wg")
+        check_problem(cfg, 16, 8192, 8192, 128, False, 232448, "90")
+        with pytest.raises(ValueError, match="sm_90a"):
+            check_problem(cfg, 16, 8192, 8192, 128, False, 232448, "80")
+
     def test_tuned_swap_1_entry_is_not_used_beyond_8_rows(self, monkeypatch):
         from marlin_cupy import tune
         monkeypatch.setattr(tune, "lookup", lambda *a: KernelConfig(256, 1, 16, 8, 4, 8,

@@ -104,3 +104,11 @@ def test_no_gpu_exits_2(capsys):
         pytest.skip("a GPU is present: this checks the no-GPU path")
     assert tune.main(["--sets", "llama2-7b"]) == 2
     assert "no GPU" in capsys.readouterr().err
+
+
+def test_wgmma_candidates_only_on_request():
+    plain = tune.candidates(32, 8192, 8192, 128, 232448)
+    wg = tune.candidates(32, 8192, 8192, 128, 232448, wgmma=True)
+    assert not any(c.wgmma for c in plain)
+    extra = [c for c in wg if c.wgmma]
+    assert extra and all(c.swap_ab == 4 and c.tile_m == 32 and not c.problems() for c in extra)
