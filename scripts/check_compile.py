@@ -257,7 +257,9 @@ def main(argv=None) -> int:
 
     start = time.perf_counter()
     targets, notes = all_targets()
-    notes.append(f"NVRTC {nvrtc_version()}, architectures {', '.join(archs)}")
+    extra = sorted({a for t in targets for a in _archs_for(t, archs)} - set(archs))
+    notes.append(f"NVRTC {nvrtc_version()}, architectures {', '.join(archs)}"
+                 + (f" (and {', '.join(extra)} for arch-specific targets)" if extra else ""))
     results = run_checks(targets, archs, args.jobs, None if args.no_cache else DEFAULT_CACHE)
 
     for res in results:
