@@ -745,24 +745,9 @@ struct Marlin {
       }
   }
 
-  __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
-                                                 int slot) {
-    if constexpr (FP32_REDUCE) {
-      add_scratch<4 * SW>(&acc[0][0], slot);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int h = 0; h < SW; h++)
-#pragma unroll
-          for (int i = 0; i < 4; i++)
-            if (swapped_row(slab, h, i) < prob_m)
-              acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(
-                  reinterpret_cast<const unsigned short*>(swapped_c(slab, n_tile, j, h, i)))));
-    }
-  }
-
-  __device__ __forceinline__ void store_result_sw(const FragC (&acc)[4][SW], int slab, int n_tile) {
+  // f(j, h, i, element of C) for every accumulator element whose row exists.
+  template <typename F>
+  __device__ __forceinline__ void for_each_swapped(int slab, int n_tile, F f) const {
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -770,8 +755,24 @@ struct Marlin {
 #pragma unroll
         for (int i = 0; i < 4; i++)
           if (swapped_row(slab, h, i) < prob_m)
-            __stcg(reinterpret_cast<unsigned short*>(swapped_c(slab, n_tile, j, h, i)),
-                   __half_as_ushort(__float2half_rn(acc[j][h][i])));
+            f(j, h, i, reinterpret_cast<unsigned short*>(swapped_c(slab, n_tile, j, h, i)));
+  }
+
+  __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
+                                                 int slot) {
+    if constexpr (FP32_REDUCE) {
+      add_scratch<4 * SW>(&acc[0][0], slot);
+    } else {
+      for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
+        acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(c)));
+      });
+    }
+  }
+
+  __device__ __forceinline__ void store_result_sw(const FragC (&acc)[4][SW], int slab, int n_tile) {
+    for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
+      __stcg(c, __half_as_ushort(__float2half_rn(acc[j][h][i])));
+    });
   }
 
   __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[4][SW], int slab,
