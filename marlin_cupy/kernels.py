@@ -50,13 +50,13 @@ def reload_sources():
 
 
 def warm_instantiated(workers: int = 8, configs=None) -> int:
-    """Fill CuPy's kernel cache with every dispatchable configuration (sym and zero-point):
-    the instantiated table and the shipped tuned tables."""
+    """Fill the kernel caches with ``configs`` (default: every dispatchable configuration, the
+    instantiated table and the shipped tuned tables), sym and zero-point, each for its own
+    target (sm_90a for wgmma configs)."""
     from .config import INSTANTIATED, tuned_instances
     if configs is None:
         cfgs = list(INSTANTIATED) + [c for cs in tuned_instances().values() for c in cs]
     else:
         cfgs = configs
-    return jit.warm_cache([(marlin_source(c, zp), c.arch_suffix) if c.arch_suffix
-                           else marlin_source(c, zp) for c in cfgs for zp in (False, True)],
-                          workers)
+    return jit.warm_cache([(marlin_source(c, zp), c.arch_suffix)
+                           for c in cfgs for zp in (False, True)], workers)

@@ -176,7 +176,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     import cupy as cp
     import numpy as np
 
-    from . import jit, kernels, ops
+    from . import kernels, ops
     from .bench.harness import Timer, bench_stream, rotation_copies
     from .layout import pack
     from .records import environment
@@ -191,9 +191,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
                                                            facts["smem_optin"], wg)}
-    jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix) if c.arch_suffix
-                    else kernels.marlin_source(c, zp) for c in all_cfgs for zp in (False, True)],
-                   workers=os.cpu_count() or 4)
+    kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
     entries, rows = [], []
     try:
         from tqdm import tqdm

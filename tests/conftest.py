@@ -1,17 +1,10 @@
-"""Shared pytest set-up: markers, GPU detection, hypothesis profiles.
-
-Tests that need a GPU carry ``@pytest.mark.gpu``; on a machine without a usable GPU they are
-skipped with the reason (CuPy missing, no driver, zero devices), never silently passed.
-"""
+"""Hypothesis profiles for tests/ (the ``gpu`` marker, its skip and ``gpu_device`` live in the
+repository's root conftest.py, shared with the benchmarks/ suites)."""
 from __future__ import annotations
 
-import functools
 import os
 
-import pytest
 from hypothesis import HealthCheck, settings
-
-from marlin_cupy import records
 
 # A GPU test's first example compiles kernels (seconds); a deadline would flag that as a failure.
 # "dev" is the default; HYPOTHESIS_PROFILE=thorough runs longer sweeps.
@@ -19,44 +12,3 @@ settings.register_profile("dev", deadline=None, print_blob=True)
 settings.register_profile("thorough", deadline=None, print_blob=True, max_examples=500,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
-
-
-def pytest_configure(config):
-    # Also declared in pyproject.toml; repeated here so a run with another ini still knows them.
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with the reason when none")
-    config.addinivalue_line("markers", "slow: long sweeps (deselect with -m 'not slow')")
-
-
-@functools.lru_cache(maxsize=None)
-def gpu_skip_reason():
-    """``None`` when a GPU is usable, else why not (asked once per session)."""
-    return records.gpu_unavailable_reason()
-
-
-def pytest_collection_modifyitems(config, items):
-    gpu_items = [item for item in items if "gpu" in item.keywords]
-    if not gpu_items:
-        return
-    reason = gpu_skip_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=f"no usable GPU: {reason}")
-    for item in gpu_items:
-        item.add_marker(skip)
-
-
-def pytest_report_header(config):
-    reason = gpu_skip_reason()
-    if reason is None:
-        info = records.device_info()
-        return f"marlin-cupy: GPU {info['name']} ({info['sms']} SMs, cc {info['cc']})"
-    return f"marlin-cupy: no GPU, gpu-marked tests will be skipped ({reason})"
-
-
-@pytest.fixture(scope="session")
-def gpu_device():
-    """Facts about GPU 0 (``records.device_info``); skips the test when no GPU is usable."""
-    reason = gpu_skip_reason()
-    if reason is not None:
-        pytest.skip(f"no usable GPU: {reason}")
-    return records.device_info()

@@ -239,39 +239,41 @@ def _panels(rec, field):
     return fig, axes, panels
 
 
+def _plot(rec, path, field, ylabel, suptitle, hlines) -> Path:
+    """One panel per shape set of ``field`` vs batch size, with reference lines
+    ``hlines = [(y, axhline keyword arguments), ...]``."""
+    fig, axes, panels = _panels(rec, field)
+    for ax, set_name, batches in panels:
+        for y, style in hlines:
+            ax.axhline(y, **style)
+        _batch_axis(ax, batches)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel(ylabel)
+        ax.set_title(set_name)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(suptitle, fontsize=10)
+    fig.savefig(path, dpi=120)
+    return Path(path)
+
+
 def plot_speedup(rec, path) -> Path:
     """Summed speedup over the best FP16 GEMM vs batch size, one panel per shape set."""
     gs = rec["group_size"]
     ideal = metrics.ideal_speedup(gs)
-    fig, axes, panels = _panels(rec, "summed_speedup")
-    for ax, set_name, batches in panels:
-        ax.axhline(ideal, color="k", ls="--", lw=1, label=f"ideal, memory-bound 16/(4+16/{gs}) = {ideal:.2f}x")
-        ax.axhline(1.0, color="grey", ls=":", lw=1, label="best FP16 GEMM")
-        _batch_axis(ax, batches)
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("speedup over best FP16 (summed)")
-        ax.set_title(set_name)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"INT4 x FP16 vs the best FP16 GEMM per layer, {rec['device']['name']}, group size {gs}",
-                 fontsize=10)
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return _plot(rec, path, "summed_speedup", "speedup over best FP16 (summed)",
+                 f"INT4 x FP16 vs the best FP16 GEMM per layer, {rec['device']['name']}, "
+                 f"group size {gs}",
+                 [(ideal, dict(color="k", ls="--", lw=1,
+                               label=f"ideal, memory-bound 16/(4+16/{gs}) = {ideal:.2f}x")),
+                  (1.0, dict(color="grey", ls=":", lw=1, label="best FP16 GEMM"))])
 
 
 def plot_roofline(rec, path) -> Path:
     """Summed percent of the copy-bandwidth roofline vs batch size, one panel per shape set."""
-    fig, axes, panels = _panels(rec, "summed_pct_roofline")
-    for ax, set_name, batches in panels:
-        ax.axhline(100, color="k", ls="--", lw=1, label="copy bandwidth")
-        _batch_axis(ax, batches)
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("% of roofline (summed)")
-        ax.set_title(set_name)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Minimum bytes / time / copy bandwidth ({rec['copy_bandwidth_GBps']:.0f} GB/s), "
-                 f"{rec['device']['name']}", fontsize=10)
-    fig.savefig(path, dpi=120)
-    return Path(path)
+    return _plot(rec, path, "summed_pct_roofline", "% of roofline (summed)",
+                 f"Minimum bytes / time / copy bandwidth ({rec['copy_bandwidth_GBps']:.0f} GB/s), "
+                 f"{rec['device']['name']}",
+                 [(100, dict(color="k", ls="--", lw=1, label="copy bandwidth"))])
 
 
 def short_table(rec) -> str:

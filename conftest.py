@@ -1,0 +1,54 @@
+"""pytest set-up shared by tests/ and the benchmarks/ suites: the ``gpu`` marker and its skip.
+
+Tests that need a GPU carry ``@pytest.mark.gpu``; on a machine without a usable GPU they are
+skipped with the reason (CuPy missing, no driver, zero devices), never silently passed.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+def pytest_configure(config):
+    # Also declared in pyproject.toml; repeated here so a run with another ini still knows them.
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with the reason when none")
+    config.addinivalue_line("markers", "slow: long sweeps (deselect with -m 'not slow')")
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_skip_reason():
+    """``None`` when a GPU is usable, else why not (asked once per session)."""
+    from marlin_cupy import records
+    return records.gpu_unavailable_reason()
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {reason}")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    from marlin_cupy import records
+    reason = gpu_skip_reason()
+    if reason is None:
+        info = records.device_info()
+        return f"marlin-cupy: GPU {info['name']} ({info['sms']} SMs, cc {info['cc']})"
+    return f"marlin-cupy: no GPU, gpu-marked tests will be skipped ({reason})"
+
+
+@pytest.fixture(scope="session")
+def gpu_device():
+    """Facts about GPU 0 (``records.device_info``); skips the test when no GPU is usable."""
+    from marlin_cupy import records
+    reason = gpu_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    return records.device_info()
