@@ -158,6 +158,28 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// Wait until at most N groups are pending, naming the A-fragment registers `w` of the group
+// that this wait completes: they stay allocated to those values until here, so nothing else
+// (the next step's dequantization, say) can be written into them while wgmma still reads them.
+// The PTX ISA makes any access to a pending wgmma's A registers undefined (s.9.7.15.7).
+template <int N>
+__device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[4]) {
+  asm volatile("wgmma.wait_group.sync.aligned %16;\n"
+               : "+r"(w[0][0]), "+r"(w[0][1]), "+r"(w[0][2]), "+r"(w[0][3]),
+                 "+r"(w[1][0]), "+r"(w[1][1]), "+r"(w[1][2]), "+r"(w[1][3]),
+                 "+r"(w[2][0]), "+r"(w[2][1]), "+r"(w[2][2]), "+r"(w[2][3]),
+                 "+r"(w[3][0]), "+r"(w[3][1]), "+r"(w[3][2]), "+r"(w[3][3])
+               : "n"(N)
+               : "memory");
+}
+
+// wgmma reads shared memory through the async proxy (PTX ISA s.9.7.15.4): shared-memory writes
+// of the generic proxy, cp.async included, must be ordered before its reads by this fence,
+// executed by the writing threads after their writes and before the barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle layout: rows of
 // 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the leading byte offset unused
 // (1), layout type 1 (128B swizzle) in bits 62..63. Addresses and offsets are in 16-byte units.
@@ -445,7 +467,17 @@ struct Marlin {
       int4* a_sh = sh_a + stage * A_STAGE;
 #pragma unroll
       for (int i = 0; i < A_ITERS; i++) {
-        if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
+        if constexpr (WGMMA) {
+          // Offsets recomputed (shifts and masks) rather than held: the wgmma instances need
+          // every register they can get for accumulators and in-flight A fragments.
+          const int idx = tid + i * THREADS;
+          const int r = idx / A_ROW, c = idx % A_ROW;
+          if (A_STAGE % THREADS == 0 || idx < A_STAGE) {
+            const bool valid = r < rows_left;
+            cp_async16_pred(a_sh + (c / 8) * (TILE_M * 8) + r * 8 + ((c % 8) ^ (r & 7)),
+                            valid ? a_gl + r * (prob_k / 8) + c : A, valid);
+          }
+        } else if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
           const bool valid = a_row[i] < rows_left;
           cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
         }
@@ -457,8 +489,14 @@ struct Marlin {
       int4* b_sh = sh_b + stage * B_STAGE + tid;
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
-        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
-          cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
+        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE) {
+          if constexpr (WGMMA) {
+            const int idx = tid + i * THREADS;
+            cp_async16(b_sh + i * THREADS, b_gl + (idx / B_ROW) * (prob_n / 2) + idx % B_ROW);
+          } else {
+            cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
+          }
+        }
       }
     }
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
@@ -608,27 +646,28 @@ struct Marlin {
     }
   }
 
-  // ---- matmul through wgmma: the same dequantized A fragments as matmul_swapped, one
-  // m64nNk16 per 16-column block j for the whole warpgroup (warp w supplies rows 16w..16w+15,
-  // i.e. its own block j, and receives their results: acc[j] keeps the swapped layout).
-  __device__ __forceinline__ void matmul_wgmma(const Regs& r, FragC (&acc)[4][SW]) {
+  // ---- matmul through wgmma, in two halves so that a step's dequantization runs while the
+  // previous step's group is still in the tensor cores. dequant_wgmma builds the same A
+  // fragments as matmul_swapped; issue_wgmma runs one m64nNk16 per 16-column block j for the
+  // whole warpgroup (warp w supplies rows 16w..16w+15, i.e. its own block j, and receives their
+  // results: acc[j] keeps the swapped layout) and commits them as one group.
+  __device__ __forceinline__ void dequant_wgmma(const Regs& r, FragA (&w)[4]) const {
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
-    FragA w[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       FragB f0, f1;
       dequant_tile<true>(r, zp, j, f0, f1);
       w[j] = as_a_fragment(f0, f1);
     }
+  }
+
+  __device__ __forceinline__ void issue_wgmma(const FragA (&w)[4], unsigned long long desc,
+                                              FragC (&acc)[4][SW]) {
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], r.desc);
+    for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], desc);
     wgmma_commit();
-    // Wait before the next step's dequantization: keeping one group in flight across it
-    // (wait_group 1) measured 5-15 % faster but gave wrong sums in a 255-register instance
-    // (benchmarks/NOTES.md, entry 8), so every group completes here.
-    wgmma_wait<0>();
   }
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
@@ -720,10 +759,7 @@ struct Marlin {
   __device__ __forceinline__ int swapped_row(int slab, int h, int i) const {
     return slab * TILE_M + 8 * h + 2 * (lane % 4) + i % 2;
   }
-  __device__ __forceinline__ __half* swapped_c(int slab, int n_tile, int j, int h, int i) const {
-    const int col = n_tile * TILE_N + nw * 64 + 16 * j + lane / 4 + 8 * (i / 2);
-    return reinterpret_cast<__half*>(C) + static_cast<size_t>(swapped_row(slab, h, i)) * prob_n + col;
-  }
+
 
   // Per-channel scales, read one half per column: column w of a 32-column block is stored at
   // 8((w % 8) / 2) + 2(w / 8) + w % 2 (layout.scale_perm_channel).
@@ -745,17 +781,26 @@ struct Marlin {
       }
   }
 
-  // f(j, h, i, element of C) for every accumulator element whose row exists.
+  // f(j, h, i, element of C) for every accumulator element whose row exists. Row by row: one
+  // pointer per row and constant offsets from it, so that the epilogue holds one address at a
+  // time (per-element addresses once made it the register peak of the wgmma instances).
   template <typename F>
   __device__ __forceinline__ void for_each_swapped(int slab, int n_tile, F f) const {
+    const int col0 = n_tile * TILE_N + nw * 64 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int h = 0; h < SW; h++)
 #pragma unroll
-      for (int h = 0; h < SW; h++)
+      for (int odd = 0; odd < 2; odd++) {
+        const int row = swapped_row(slab, h, odd);
+        if (row < prob_m) {
+          unsigned short* c = reinterpret_cast<unsigned short*>(C) +
+                              static_cast<size_t>(row) * prob_n + col0;
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          if (swapped_row(slab, h, i) < prob_m)
-            f(j, h, i, reinterpret_cast<unsigned short*>(swapped_c(slab, n_tile, j, h, i)));
+          for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) f(j, h, 2 * hi + odd, c + 16 * j + 8 * hi);
+        }
+      }
   }
 
   __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
@@ -943,8 +988,10 @@ struct Marlin {
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
     cp_async_wait<STAGES - 2>();
+    if constexpr (WGMMA) fence_proxy_async_shared();
     __syncthreads();
     Regs regs[2];
+    FragA wa[2][4] = {};  // WGMMA: dequantized weights of the step in flight and the next one
     if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
     int stage = 0;
@@ -954,17 +1001,24 @@ struct Marlin {
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
         if constexpr (WGMMA && MARLIN_PROBE != 1) {
-          // wgmma reads its A tile from shared memory asynchronously: the stage's last group
-          // completes before the barrier after which its slot may be refilled.
+          // One group stays in flight across the next step's dequantization: step `sub`
+          // dequantizes into wa[sub % 2] while group sub - 1 (wa[(sub + 1) % 2]) runs, then
+          // issues its own and waits for group sub - 1. A unit's last step waits for both, so
+          // no group reads a ring slot after the barrier that lets it be refilled, and every
+          // unit starts with nothing in flight (the parity restarts at 0).
+          if (sub < K_SUB - 1) fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
+          dequant_wgmma(regs[sub % 2], wa[sub % 2]);
+          issue_wgmma(wa[sub % 2], regs[sub % 2].desc, acc_t);
           if (sub == K_SUB - 1) {
-            matmul_wgmma(regs[sub % 2], acc_t);
+            wgmma_wait_keep<0>(wa[sub % 2]);
+            if constexpr (K_SUB > 1) wgmma_wait_keep<0>(wa[(sub + 1) % 2]);
             fetch_or_skip(fetch, refill);
             cp_async_wait<STAGES - 2>();
+            fence_proxy_async_shared();
             __syncthreads();
             if (unit + 1 < unit_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
           } else {
-            fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
-            matmul_wgmma(regs[sub % 2], acc_t);
+            wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
           }
           continue;
         }
