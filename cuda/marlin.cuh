@@ -528,7 +528,6 @@ struct Marlin {
     int4 b;        // 4 words: tiles 0..3 of this warp's 64 columns
     int4 s;        // 8 group scales (grouped), columns lane/4 + 8j
     uint32_t z;    // 8 packed zero points
-    unsigned long long desc;  // WGMMA: descriptor of this step's k16 slice of the A tile
   };
 
   int a_rd_off[K_SUB], b_rd_off[K_SUB], s_rd_off[K_SUB];
@@ -547,13 +546,7 @@ struct Marlin {
 
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
     const int4* a_sh = sh_a + stage * A_STAGE + a_rd_off[sub];
-    if constexpr (WGMMA) {
-      // The slab's rows at k16 block kb = kw + sub * K_WARPS: region kb / 4, 32 bytes per
-      // k16 block into each 128-byte row.
-      const int kb = kw + sub * K_WARPS;
-      r.desc = sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) +
-                          32 * (kb % 4));
-    } else {
+    if constexpr (!WGMMA) {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
     }
@@ -660,6 +653,13 @@ struct Marlin {
       dequant_tile<true>(r, zp, j, f0, f1);
       w[j] = as_a_fragment(f0, f1);
     }
+  }
+
+  // Descriptor of the activations of k16 block kb = kw + sub * K_WARPS in ring slot `stage`:
+  // region kb / 4 of the A tile, 32 bytes per k16 block into each 128-byte row.
+  __device__ __forceinline__ unsigned long long a_desc(int stage, int sub) const {
+    const int kb = kw + sub * K_WARPS;
+    return sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) + 32 * (kb % 4));
   }
 
   __device__ __forceinline__ void issue_wgmma(const FragA (&w)[4], unsigned long long desc,
@@ -988,10 +988,8 @@ struct Marlin {
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
     cp_async_wait<STAGES - 2>();
-    if constexpr (WGMMA) fence_proxy_async_shared();
     __syncthreads();
     Regs regs[2];
-    FragA wa[2][4] = {};  // WGMMA: dequantized weights of the step in flight and the next one
     if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
     int stage = 0;
@@ -1000,28 +998,6 @@ struct Marlin {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
-        if constexpr (WGMMA && MARLIN_PROBE != 1) {
-          // One group stays in flight across the next step's dequantization: step `sub`
-          // dequantizes into wa[sub % 2] while group sub - 1 (wa[(sub + 1) % 2]) runs, then
-          // issues its own and waits for group sub - 1. A unit's last step waits for both, so
-          // no group reads a ring slot after the barrier that lets it be refilled, and every
-          // unit starts with nothing in flight (the parity restarts at 0).
-          if (sub < K_SUB - 1) fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
-          dequant_wgmma(regs[sub % 2], wa[sub % 2]);
-          issue_wgmma(wa[sub % 2], regs[sub % 2].desc, acc_t);
-          if (sub == K_SUB - 1) {
-            wgmma_wait_keep<0>(wa[sub % 2]);
-            if constexpr (K_SUB > 1) wgmma_wait_keep<0>(wa[(sub + 1) % 2]);
-            fetch_or_skip(fetch, refill);
-            cp_async_wait<STAGES - 2>();
-            fence_proxy_async_shared();
-            __syncthreads();
-            if (unit + 1 < unit_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
-          } else {
-            wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
-          }
-          continue;
-        }
         if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
@@ -1059,6 +1035,73 @@ struct Marlin {
       refill = stage;
       stage = next;
     }
+    cp_async_wait<0>();
+  }
+
+  // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
+  // wa[s % 2] while group s - 1 (wa[(s + 1) % 2]) is still in the tensor cores, issues its own
+  // group and waits for group s - 1; the wait names wa[(s + 1) % 2], which keeps those registers
+  // untouched until the group that reads them is complete. Across units the parity goes on
+  // when K_SUB is even; with an odd K_SUB a unit's last step drains and the parity restarts.
+  //
+  // Ring slots: wgmma reads shared memory after the instruction that issues it, until the wait
+  // that completes it. Slot u - 1 is refilled after the barrier that closes unit u; every
+  // warpgroup has completed unit u - 1's groups before reaching it (its first wait in unit u
+  // does that), so the copy is issued after the barrier, with one unit fewer in flight at the
+  // wait before it (hence STAGES >= 3). cp.async writes through the generic proxy and wgmma
+  // reads through the async proxy: fence.proxy.async between the data's arrival and the barrier.
+  __device__ __forceinline__ void run_wgmma() {
+    static_assert(STAGES >= 3, "the wgmma loop keeps STAGES - 2 units in flight at its waits");
+    FragC acc[4][SW];
+    auto zero_acc = [&]() {
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int h = 0; h < SW; h++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) acc[j][h][i] = 0.f;
+    };
+    zero_acc();
+    Cursor fetch = cursor_at(unit_start);
+    Cursor compute = fetch;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+    cp_async_wait<STAGES - 2>();
+    fence_proxy_async_shared();
+    __syncthreads();
+    FragA wa[2][4] = {};
+    int stage = 0;
+    int refill = STAGES - 1;
+    for (int unit = unit_start; unit < unit_end; unit++) {
+#pragma unroll
+      for (int sub = 0; sub < K_SUB; sub++) {
+        Regs r;
+        fetch_to_registers(r, stage, sub);
+        dequant_wgmma(r, wa[sub % 2]);
+        issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
+        wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
+      }
+      if constexpr (K_SUB % 2 == 1) wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
+      const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
+      if (column_end) {
+        wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
+        // Nothing is in flight: the fragments are dead, and constants need no registers
+        // across the epilogue.
+#pragma unroll
+        for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
+        finish_column(acc, compute);
+        zero_acc();
+      }
+      // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
+      cp_async_wait<STAGES - 3>();
+      fence_proxy_async_shared();
+      __syncthreads();
+      fetch_or_skip(fetch, refill);
+      advance(compute);
+      refill = stage;
+      stage = stage == STAGES - 1 ? 0 : stage + 1;
+    }
+    wgmma_wait<0>();
     cp_async_wait<0>();
   }
 };
@@ -1103,7 +1146,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.kw = k.warp / (K::N_WARPS * K::M_WARPS);
   k.init_fetch_offsets();
   k.init_read_offsets();
-  k.run();
+  if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
+  else k.run();
 }
 
 }  // namespace mc

@@ -159,6 +159,9 @@ class KernelConfig:
             errs.append(f"blocks_per_sm={self.blocks_per_sm} must be 1..4 with at most 1024 "
                         f"threads per SM")
         if self.wgmma:
+            if self.stages < 3:
+                errs.append(f"stages={self.stages}: the wgmma loop needs at least 3 (it keeps "
+                            f"stages - 2 units in flight at its waits)")
             if self.swap_ab not in (1, 2, 4, 8) or \
                     self.thread_m_blocks != max(1, self.swap_ab // 2) or \
                     self.thread_k_blocks % 4 or self.thread_n_blocks % 16:
@@ -227,9 +230,26 @@ HEURISTIC_M_BLOCKS = (1, 2, 4)
 INSTANTIATED = _instantiated()
 
 
+#: Spill allowance of the swap_ab=8 wgmma instances (bytes of spill stores or loads, per
+#: instance). They hold 128 FP32 accumulators per thread (64 columns x 64 rows per warp) next to
+#: the in-flight A fragments; their K loop is spill-free, but the column epilogue (once per
+#: column: CTA reduction, cross-CTA partial sums, output) spills a few hundred bytes per thread.
+#: ``scripts/sass_spill_sites.py`` locates every spill in the SASS (record:
+#: benchmarks/results/2026-11-29_sass_spill_sites.txt). Every other instance must not spill.
+EPILOGUE_SPILL_LIMIT = 1024
+
+
+def spill_allowance(cfg: "KernelConfig") -> int:
+    """Spill bytes (stores or loads) an instance may have: 0, or the epilogue allowance."""
+    return EPILOGUE_SPILL_LIMIT if cfg.wgmma and cfg.swap_ab == 8 else 0
+
+
 #: Experimental sm_90a wgmma configs (never dispatched by default; pass config= or tune with
 #: ``--wgmma``): one per structural case, compiled by CI for sm_90a and run by the GPU tests.
 WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t256_m4_n16_k8_s3_g8_fp32_sw8_wg", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg",
+    "t256_m4_n16_k8_s4_g2_fp16_sw8_wg", "t256_m4_n32_k8_s3_g4_fp32_sw8_wg",
+    "t128_m4_n16_k4_s4_g8_fp32_sw8_wg",
     "t128_m1_n16_k4_s4_g8_fp32_sw1_wg", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg",
     "t128_m2_n16_k4_s4_g8_fp32_sw4_wg", "t256_m1_n16_k4_s4_g8_fp32_sw2_wg",
     "t256_m2_n32_k4_s4_g8_fp32_sw4_wg", "t128_m1_n16_k4_s4_gc_fp32_sw2_wg",

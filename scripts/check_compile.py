@@ -6,7 +6,8 @@ No GPU is needed. The targets are
 - every configuration in ``marlin_cupy.config.INSTANTIATED``, through
   ``marlin_cupy.kernels.marlin_source(cfg)``, once those modules exist.
 
-Any compile error, any spill store or load, a target that yields no kernel, or a configuration
+Any compile error, any spill store or load (beyond ``config.spill_allowance``, which is 0 for all
+but the swap_ab=8 wgmma instances, whose column epilogue spills), a target that yields no kernel, or a configuration
 whose ``marlin_entry(cfg)`` kernel is missing from the cubin fails the check (exit 1).
 ``--out DIR`` writes ``compile_check.json`` and ``compile_check.md`` (registers, spills, stack and
 shared memory per kernel and architecture).
@@ -49,6 +50,7 @@ class Target:
     entry: str | None = None      # kernel that must be in the cubin, when known
     options: tuple = ()
     archs: tuple = ()        # compile only for these (empty: every requested architecture)
+    spill_allowance: int = 0  # spill bytes allowed (config.spill_allowance; 0 for all but a few)
 
 
 @dataclass
@@ -92,11 +94,16 @@ def config_targets():
     except ImportError:
         marlin_entry = None
     from marlin_cupy.config import WGMMA_EXAMPLES, tuned_instances
+    try:
+        from marlin_cupy.config import spill_allowance
+    except ImportError:
+        spill_allowance = lambda cfg: 0  # noqa: E731
 
     def target(cfg, zp, archs=()):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",
                       source=marlin_source(cfg, zp),
-                      entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs)
+                      entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs,
+                      spill_allowance=spill_allowance(cfg))
 
     targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
     tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tuned_instances().items()
@@ -131,11 +138,12 @@ def judge(target: Target, arch: str, reports) -> list:
         problems.append(f"{target.label} [{arch}]: ptxas reported no kernel; is the entry "
                         f"declared extern \"C\" __global__?")
     for r in reports:
-        if r.spill_store_bytes or r.spill_load_bytes:
+        if max(r.spill_store_bytes, r.spill_load_bytes) > target.spill_allowance:
             problems.append(
                 f"{target.label} [{arch}] kernel {r.kernel}: spills to local memory "
                 f"({r.spill_store_bytes} bytes stored, {r.spill_load_bytes} bytes loaded, "
-                f"{r.registers} registers); reduce register pressure or change the tile config.")
+                f"{r.registers} registers, {target.spill_allowance} allowed); reduce register "
+                f"pressure or change the tile config.")
     if target.entry and target.entry not in {r.kernel for r in reports}:
         problems.append(f"{target.label} [{arch}]: entry {target.entry!r} is not in the cubin "
                         f"(kernels: {[r.kernel for r in reports]})")
@@ -285,7 +293,8 @@ def main(argv=None) -> int:
         for p in problems:
             print(f"- {p}")
         return 1
-    print(f"compile check passed: {len(results)} compile(s), no spills ({elapsed:.1f} s)")
+    print(f"compile check passed: {len(results)} compile(s), no spills beyond the allowances "
+          f"({elapsed:.1f} s)")
     return 0
 
 

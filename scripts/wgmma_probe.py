@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="16,32,64,128")
     p.add_argument("--extra", default="")
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--swaps", default="", help="only candidates with these swap_ab values")
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
     extra = [KernelConfig.from_name(n) for n in filter(None, a.extra.split(","))]
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     for (k, n) in shapes:
         for m in ms:
             cs = [c for c in candidates(m, n, k, a.group_size, facts["smem_optin"], True) if c.wgmma]
+            if a.swaps:
+                cs = [c for c in cs if str(c.swap_ab) in a.swaps.split(",")]
             cs += [c for c in extra if not (n % c.tile_n or k % c.tile_k)]
             plan[(k, n, m)] = list(dict.fromkeys(cs))
     kernels.warm_instantiated(os.cpu_count() or 4, {c for cs in plan.values() for c in cs})
