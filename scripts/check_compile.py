@@ -111,7 +111,7 @@ def config_targets():
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
     return targets + tuned + wg, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables "
-        f"and {len(wg) // 2} experimental wgmma ones (sm_90a), sym and zero-point each")
+        f"and {len(wg) // 2} wgmma examples (sm_90a), sym and zero-point each")
 
 
 def all_targets():

@@ -1,0 +1,101 @@
+"""Where does a wgmma instance spill? Classifies every local-memory access (STL/LDL) in its SASS.
+
+    python3 scripts/sass_spill_sites.py CONFIG [CONFIG ...]
+
+Each instance is built sym and zero-point with nvcc (``$NVCC``) for sm_90a and disassembled with
+nvdisasm (``$NVDISASM``); no GPU needed. In the SASS of the wgmma main loop (``run_wgmma``):
+
+* the *unit loop* is the backward branch whose body holds the HGMMA instructions;
+* the *K steps* run from its first HGMMA to its last one;
+* after the last HGMMA, a forward branch skips the *column epilogue* (taken when the unit does
+  not end a column); from its target to the loop's back branch is the *unit tail* (the ring
+  refill and barrier, run every unit).
+
+Each spill is counted as prologue (before the loop), K steps, epilogue, unit tail, or after the
+loop. Exit status 1 if any instance spills in its K steps. ``config.spill_allowance`` rests on this check (record:
+benchmarks/results/2026-11-29_sass_spill_sites.txt).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_BRA = re.compile(r"BRA\s+(?:!?U?PT?\d*,\s*)?`\((\.L_x_\d+)\)")
+
+
+def sass(name: str, zp: bool, work: Path) -> list:
+    from marlin_cupy import kernels
+    from marlin_cupy.config import KernelConfig
+    cu, cubin = work / "k.cu", work / "k.cubin"
+    cu.write_text(kernels.marlin_source(KernelConfig.from_name(name), zp))
+    subprocess.run([os.environ.get("NVCC", "nvcc"), "-cubin", "-std=c++17", "-gencode",
+                    "arch=compute_90a,code=sm_90a", "-o", str(cubin), str(cu)],
+                   check=True, capture_output=True)
+    return subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", str(cubin)],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def classify(lines: list) -> dict:
+    labels = {m.group(1): i for i, l in enumerate(lines) if (m := _LABEL.match(l))}
+    insns = [(i, m.group(1)) for i, l in enumerate(lines) if (m := _INSN.search(l))]
+    hgmma = [i for i, t in insns if t.startswith("HGMMA")]
+    if not hgmma:
+        raise ValueError("no HGMMA in this instance")
+    loop = None
+    for i, t in insns:
+        m = _BRA.search(t)
+        if m and labels.get(m.group(1), i) < hgmma[0] < i:
+            loop = (labels[m.group(1)], i)   # the outermost such branch: the unit loop
+            break
+    k_first, k_last = hgmma[0], hgmma[-1]
+    epi_end = None
+    for i, t in insns:
+        m = _BRA.search(t)
+        if i > k_last and m and labels.get(m.group(1), -1) > i:
+            epi_end = labels[m.group(1)]
+            break
+    counts = {"prologue": 0, "k_steps": 0, "epilogue": 0, "unit_tail": 0, "after_loop": 0}
+    for i, t in insns:
+        if not re.match(r"(STL|LDL)\b", t):
+            continue
+        if i < loop[0]:
+            counts["prologue"] += 1
+        elif i > loop[1]:
+            counts["after_loop"] += 1
+        elif k_first <= i <= k_last:
+            counts["k_steps"] += 1
+        elif k_last < i and (epi_end is None or i < epi_end):
+            counts["epilogue"] += 1
+        else:
+            counts["unit_tail"] += 1
+    return counts
+
+
+def main(argv) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in argv:
+            for zp in (False, True):
+                c = classify(sass(name, zp, Path(tmp)))
+                hot = c["k_steps"]
+                bad += hot > 0
+                print(f"{'ok ' if hot == 0 else 'HOT'} {name}{'_zp' if zp else ''}: "
+                      + ", ".join(f"{k} {v}" for k, v in c.items()))
+    print(f"{bad} instance(s) spill in the K steps")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
