@@ -467,17 +467,7 @@ struct Marlin {
       int4* a_sh = sh_a + stage * A_STAGE;
 #pragma unroll
       for (int i = 0; i < A_ITERS; i++) {
-        if constexpr (WGMMA) {
-          // Offsets recomputed (shifts and masks) rather than held: the wgmma instances need
-          // every register they can get for accumulators and in-flight A fragments.
-          const int idx = tid + i * THREADS;
-          const int r = idx / A_ROW, c = idx % A_ROW;
-          if (A_STAGE % THREADS == 0 || idx < A_STAGE) {
-            const bool valid = r < rows_left;
-            cp_async16_pred(a_sh + (c / 8) * (TILE_M * 8) + r * 8 + ((c % 8) ^ (r & 7)),
-                            valid ? a_gl + r * (prob_k / 8) + c : A, valid);
-          }
-        } else if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
+        if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
           const bool valid = a_row[i] < rows_left;
           cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
         }
@@ -489,14 +479,8 @@ struct Marlin {
       int4* b_sh = sh_b + stage * B_STAGE + tid;
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
-        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE) {
-          if constexpr (WGMMA) {
-            const int idx = tid + i * THREADS;
-            cp_async16(b_sh + i * THREADS, b_gl + (idx / B_ROW) * (prob_n / 2) + idx % B_ROW);
-          } else {
-            cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
-          }
-        }
+        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
+          cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
       }
     }
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
@@ -760,7 +744,6 @@ struct Marlin {
     return slab * TILE_M + 8 * h + 2 * (lane % 4) + i % 2;
   }
 
-
   // Per-channel scales, read one half per column: column w of a 32-column block is stored at
   // 8((w % 8) / 2) + 2(w / 8) + w % 2 (layout.scale_perm_channel).
   __device__ __forceinline__ void apply_channel_scales_sw(FragC (&acc)[4][SW], int n_tile) {
@@ -959,36 +942,36 @@ struct Marlin {
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
   }
 
+  template <int NF>
+  static __device__ __forceinline__ void zero_frags(FragC* f) {
+#pragma unroll
+    for (int i = 0; i < NF; i++) f[i][0] = f[i][1] = f[i][2] = f[i][3] = 0.f;
+  }
+
+  // Prologue of both main loops: STAGES - 1 units in flight, the first one landed and visible
+  // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
+  __device__ __forceinline__ void start_stream(Cursor& fetch) {
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+    cp_async_wait<STAGES - 2>();
+    if constexpr (WGMMA) fence_proxy_async_shared();
+    __syncthreads();
+  }
+
   __device__ __forceinline__ void run() {
     FragC acc[WM][8];     // row-major accumulators (SWAP == 0)
     FragC acc_t[4][SW];   // SWAP: swapped accumulators
     FragC part[4][SW];    // DEFER_SCALE: this stage's unscaled products
     auto zero_acc = [&]() {
-      if constexpr (SWAP == 0) {
-#pragma unroll
-        for (int mb = 0; mb < WM; mb++)
-#pragma unroll
-          for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mb][nb][i] = 0.f;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int h = 0; h < SW; h++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc_t[j][h][i] = 0.f;
-      }
+      if constexpr (SWAP == 0) zero_frags<WM * 8>(&acc[0][0]);
+      else zero_frags<4 * SW>(&acc_t[0][0]);
     };
     zero_acc();
 
-    // Prologue: STAGES - 1 units in flight, then the first step's registers.
+    // Prologue, then the first step's registers.
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
+    start_stream(fetch);
     Regs regs[2];
     if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
@@ -1053,22 +1036,10 @@ struct Marlin {
   __device__ __forceinline__ void run_wgmma() {
     static_assert(STAGES >= 3, "the wgmma loop keeps STAGES - 2 units in flight at its waits");
     FragC acc[4][SW];
-    auto zero_acc = [&]() {
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int h = 0; h < SW; h++)
-#pragma unroll
-          for (int i = 0; i < 4; i++) acc[j][h][i] = 0.f;
-    };
-    zero_acc();
+    zero_frags<4 * SW>(&acc[0][0]);
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
-    cp_async_wait<STAGES - 2>();
-    fence_proxy_async_shared();
-    __syncthreads();
+    start_stream(fetch);
     FragA wa[2][4] = {};
     int stage = 0;
     int refill = STAGES - 1;
@@ -1090,7 +1061,7 @@ struct Marlin {
 #pragma unroll
         for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
         finish_column(acc, compute);
-        zero_acc();
+        zero_frags<4 * SW>(&acc[0][0]);
       }
       // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
       cp_async_wait<STAGES - 3>();

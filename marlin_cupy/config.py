@@ -234,8 +234,8 @@ INSTANTIATED = _instantiated()
 #: (bytes of spill stores or loads, per instance). They hold 128 FP32 accumulators per thread
 #: (64 columns x 64 rows per warp) next to the in-flight A fragments. ``scripts/sass_spill_sites.py``
 #: classifies every spill in their SASS (record: benchmarks/results/2026-11-29_sass_spill_sites.txt):
-#: none in the K steps, a few hundred bytes in the column epilogue (once per column) and 8 local
-#: accesses in the tail of each unit. Other sw8 shapes spill in the K steps and get no allowance;
+#: none in the K steps, a few hundred bytes in the column epilogue (once per column) and 3 or 4
+#: local accesses in the tail of each unit. Other sw8 shapes spill in the K steps and get no allowance;
 #: every other instance must not spill at all.
 EPILOGUE_SPILL_LIMIT = 1024
 

@@ -109,8 +109,8 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
 
     Spilling configs are never chosen, however they time: spill traffic makes them fragile
     (another compiler version, another input size) and CI rejects them. The one exception is
-    ``config.spill_allowance``: the swap_ab=8 wgmma instances, whose spills are in the column
-    epilogue, up to that many bytes.
+    ``config.spill_allowance``: a family of swap_ab=8 wgmma instances whose spills are outside
+    the K steps, up to that many bytes.
     """
     from .config import spill_allowance
     allowed = spill_allowance(cfg)

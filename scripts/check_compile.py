@@ -93,11 +93,7 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import WGMMA_EXAMPLES, tuned_instances
-    try:
-        from marlin_cupy.config import spill_allowance
-    except ImportError:
-        spill_allowance = lambda cfg: 0  # noqa: E731
+    from marlin_cupy.config import WGMMA_EXAMPLES, spill_allowance, tuned_instances
 
     def target(cfg, zp, archs=()):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",

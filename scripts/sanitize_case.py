@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A few small kernel launches for compute-sanitizer (memcheck, racecheck) to watch.
 
-    python3 scripts/sanitize_case.py [--configs 4 | --all-configs]
+    python3 scripts/sanitize_case.py [--configs 4 | --all-configs | --names CFG,...]
     compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py
 
 Runs the smoke kernel (cuda/smoke.cu), then ``mc.matmul`` on small problems (odd M, M > 64,
-symmetric and asymmetric groups) with the default dispatch and with a handful of instantiated
+symmetric and asymmetric groups) with the default dispatch, a handful of instantiated
 configurations spread over ``marlin_cupy.config.INSTANTIATED`` (every one with
-``--all-configs``), each on weights of the group size it was built for. Each result is compared
+``--all-configs``) and the wgmma configurations of the shipped tuned tables (skipped where the
+device cannot run them), or with the ``--names`` given, each on weights of the group size it
+was built for. Each result is compared
 with a float64 reference under the rule of DESIGN.md s.6 and must repeat bit for bit.
 Exit status 1 on any mismatch or error, 0 otherwise. The last line is a summary that
 ``scripts/device_check.py`` reads: ``SANITIZE_CASE smoke=ok matmul_cases=N failures=F skipped=S``.
@@ -45,19 +47,21 @@ def smoke() -> bool:
     return ok
 
 
-def pick_configs(count: int | None):
-    """``[(name, cfg)]``: the default dispatch (``config=None``), then ``count`` configurations
-    spread over INSTANTIATED (all of them for ``None``)."""
-    picked = [("default", None)]
-    try:
-        from marlin_cupy.config import INSTANTIATED
-    except ImportError:
-        return picked
+def pick_configs(count: int | None, names=()):
+    """``[(name, cfg)]``: the configurations named, if any; else the default dispatch
+    (``config=None``), ``count`` configurations spread over INSTANTIATED (all of them for
+    ``None``), and every wgmma configuration of the shipped tuned tables (the shapes here are
+    not in those tables, so the default dispatch never reaches them)."""
+    from marlin_cupy.config import INSTANTIATED, KernelConfig, tuned_instances
+    if names:
+        return [(n, KernelConfig.from_name(n)) for n in names]
     configs = list(INSTANTIATED)
     if count is not None and len(configs) > count:
         idx = np.unique(np.linspace(0, len(configs) - 1, count).round().astype(int))
         configs = [configs[i] for i in idx]
-    return picked + [(cfg.name, cfg) for cfg in configs]
+    wgmma = sorted({c for cs in tuned_instances().values() for c in cs if c.wgmma},
+                   key=lambda c: c.name)
+    return [("default", None)] + [(cfg.name, cfg) for cfg in configs + wgmma]
 
 
 def group_size_of(cfg) -> int:
@@ -66,7 +70,7 @@ def group_size_of(cfg) -> int:
     return -1 if blocks == -1 else 16 * blocks
 
 
-def matmul_cases(count: int | None):
+def matmul_cases(count: int | None, names=()):
     """Run every (config, shape, sym) case; returns (ran, skipped, failures)."""
     import cupy as cp
     import marlin_cupy as mc
@@ -78,7 +82,7 @@ def matmul_cases(count: int | None):
         return 0, 0, 0
     params = inspect.signature(matmul).parameters
     takes_config, takes_out = "config" in params, "out" in params
-    configs = pick_configs(count) if takes_config else [("default", None)]
+    configs = pick_configs(count, names) if takes_config else [("default", None)]
 
     rng = np.random.default_rng(0)
     ran = skipped = failures = 0
@@ -130,13 +134,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=int, default=4, help="configurations to run (default 4)")
     ap.add_argument("--all-configs", action="store_true", help="run every configuration")
+    ap.add_argument("--names", default="",
+                    help="comma-separated config names to run instead (wgmma ones included)")
     args = ap.parse_args(argv)
 
     import cupy as cp
     cp.cuda.set_allocator(None)         # one cudaMalloc per array, so memcheck sees the bounds
     smoke_ok = smoke()
     try:
-        ran, skipped, failures = matmul_cases(None if args.all_configs else args.configs)
+        ran, skipped, failures = matmul_cases(None if args.all_configs else args.configs,
+                                              [n for n in args.names.split(",") if n])
     except Exception as e:               # e.g. an illegal instruction poisons the context
         print(f"ERROR while running matmul cases: {type(e).__name__}: {e}")
         ran, skipped, failures = 0, 0, 1
