@@ -276,9 +276,10 @@ def tuned_instances() -> dict:
 
 
 #: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M
-#: (M > 64 all run as 64-row slabs, hence one open-ended bucket; M <= 8 has its own bucket
-#: because swap_ab=1 configs serve it alone).
-M_BUCKETS = (8, 16, 32, 48, 64, 1 << 30)
+#: (M <= 8 has its own bucket because swap_ab=1 configs serve it alone; M > 64 runs as 64-row
+#: slabs, with a bucket for two slabs, where 128-column tiles can still beat 256-column ones on
+#: N = 4096 layers, and one open-ended bucket beyond).
+M_BUCKETS = (8, 16, 32, 48, 64, 128, 1 << 30)
 
 
 def m_bucket(m: int) -> int:

@@ -39,9 +39,9 @@ TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (25
                      (256, 32, 8))
 #: No wgmma candidates at M <= 16: N = 8 or 16 per instruction lost to mma.sync on every llama2-70b
 #: layer (scripts/wgmma_probe.py, exploration/wgmma_probe_70b_c69cba5.json).
-TUNE_WGMMA_SWAPS = {32: (4,), 48: (8,), 64: (8,), 1 << 30: (8,)}
-#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 64").
-BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 1 << 30: 256}
+TUNE_WGMMA_SWAPS = {32: (4,), 48: (8,), 64: (8,), 128: (8,), 1 << 30: (8,)}
+#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 128").
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 1 << 30: 256}
 
 
 def device_slug(name: str) -> str:

@@ -106,5 +106,5 @@ class TestDispatch:
             choose_config(1, 96, 4096, 128)
 
     def test_buckets(self):
-        assert [m_bucket(m) for m in (1, 8, 9, 16, 17, 48, 49, 64, 65)] == \
-            [8, 8, 16, 16, 32, 48, 64, 64, 1 << 30]
+        assert [m_bucket(m) for m in (1, 8, 9, 16, 17, 48, 49, 64, 65, 128, 129, 4096)] == \
+            [8, 8, 16, 16, 32, 48, 64, 64, 128, 128, 1 << 30, 1 << 30]

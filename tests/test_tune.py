@@ -67,6 +67,18 @@ class TestLookup:
                       "config": cfg.name}])
         assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 128) != cfg
 
+    def test_two_slab_bucket_and_fallback(self, user_cache):
+        big = KernelConfig(256, 4, 16, 8, 4, 8, True)
+        two = KernelConfig(256, 4, 8, 8, 4, 8, True)
+        entry = {"n": 4096, "k": 4096, "group_size": 128}
+        self._write(tune.cache_path("GPU A"), [dict(entry, m_bucket=1 << 30, config=big.name)])
+        # A table written before the 128 bucket existed serves M = 65..128 from the open one.
+        assert tune.lookup("GPU A", 100, 4096, 4096, 128) == big
+        self._write(tune.cache_path("GPU B"), [dict(entry, m_bucket=1 << 30, config=big.name),
+                                               dict(entry, m_bucket=128, config=two.name)])
+        assert [tune.lookup("GPU B", m, 4096, 4096, 128) for m in (65, 128, 129)] == \
+            [two, two, big]
+
     def test_other_group_sizes_are_not_guessed(self, user_cache):
         assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 32) is None
 
