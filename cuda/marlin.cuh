@@ -426,21 +426,52 @@ struct Marlin {
     }
   }
 
-  // Per-thread constant offsets of the copies, computed once.
+  // Per-thread constant offsets of the copies, computed once. Copy i of a thread handles
+  // chunk tid + i * THREADS. In the wgmma instances, where THREADS chunks are whole rows, a
+  // multiple of 8 of them for A (the swizzle's period), copy i is copy 0 moved by compile-time
+  // amounts, so only copy 0's offsets are kept ("affine"): fewer live registers, and no
+  // per-unit recomputation from the thread index (the compiler rematerialized the tables
+  // there). The mma.sync instances keep the tables: with the affine form the compiler's
+  // allocation tips a 48-row instance into spilling, and their code stays as measured.
   static constexpr int A_ITERS = (A_STAGE + THREADS - 1) / THREADS;
   static constexpr int B_ITERS = (B_STAGE + THREADS - 1) / THREADS;
-  int a_gl_off[A_ITERS], a_sh_off[A_ITERS], a_row[A_ITERS];
-  int b_gl_off[B_ITERS];
+  static constexpr int A_RS = THREADS / A_ROW;  // rows advanced per copy (when affine)
+  static constexpr bool A_AFFINE = WGMMA && THREADS % A_ROW == 0 && A_RS % 8 == 0;
+  static constexpr bool B_AFFINE = WGMMA && (THREADS % B_ROW == 0 || B_ROW % THREADS == 0);
+  static constexpr int A_TAB = A_AFFINE ? 1 : A_ITERS;
+  static constexpr int B_TAB = B_AFFINE ? 1 : B_ITERS;
+  int a_gl_off[A_TAB], a_sh_off[A_TAB], a_row[A_TAB];
+  int b_gl_off[B_TAB];
   int s_gl_off, z_gl_off;
+
+  __device__ __forceinline__ int a_gl_at(int i) const {
+    if constexpr (A_AFFINE) return a_gl_off[0] + i * A_RS * (prob_k / 8);
+    else return a_gl_off[i];
+  }
+  __device__ __forceinline__ int a_sh_at(int i) const {
+    if constexpr (A_AFFINE) return a_sh_off[0] + i * A_RS * (WGMMA ? 8 : A_ROW);
+    else return a_sh_off[i];
+  }
+  __device__ __forceinline__ int a_row_at(int i) const {
+    if constexpr (A_AFFINE) return a_row[0] + i * A_RS;
+    else return a_row[i];
+  }
+  __device__ __forceinline__ int b_gl_at(int i) const {
+    if constexpr (!B_AFFINE) return b_gl_off[i];
+    else if constexpr (THREADS % B_ROW == 0)
+      return b_gl_off[0] + i * (THREADS / B_ROW) * (prob_n / 2);
+    else
+      return b_gl_off[0] + (i / (B_ROW / THREADS)) * (prob_n / 2) + (i % (B_ROW / THREADS)) * THREADS;
+  }
 
   __device__ __forceinline__ void init_fetch_offsets() {
     const int a_gl_stride = prob_k / 8;
 #pragma unroll
-    for (int i = 0; i < A_ITERS; i++) {
+    for (int i = 0; i < A_TAB; i++) {
       const int idx = tid + i * THREADS;
       const int r = idx / A_ROW;
       const int c = idx % A_ROW;
-      a_row[i] = (A_STAGE % THREADS == 0 || idx < A_STAGE) ? r : TILE_M;  // TILE_M: no copy
+      a_row[i] = (A_AFFINE || A_STAGE % THREADS == 0 || idx < A_STAGE) ? r : TILE_M;  // TILE_M: no copy
       a_gl_off[i] = r * a_gl_stride + c;
       // Chunk c of row r goes to c ^ (r % 8): ldmatrix then reads 8 rows of one logical
       // chunk from 8 different bank groups.
@@ -450,7 +481,7 @@ struct Marlin {
     }
     const int b_gl_stride = prob_n / 2;
 #pragma unroll
-    for (int i = 0; i < B_ITERS; i++) {
+    for (int i = 0; i < B_TAB; i++) {
       const int idx = tid + i * THREADS;
       b_gl_off[i] = (idx / B_ROW) * b_gl_stride + idx % B_ROW;
     }
@@ -467,9 +498,9 @@ struct Marlin {
       int4* a_sh = sh_a + stage * A_STAGE;
 #pragma unroll
       for (int i = 0; i < A_ITERS; i++) {
-        if (A_STAGE % THREADS == 0 || a_row[i] < TILE_M) {
-          const bool valid = a_row[i] < rows_left;
-          cp_async16_pred(a_sh + a_sh_off[i], valid ? a_gl + a_gl_off[i] : A, valid);
+        if (A_STAGE % THREADS == 0 || a_row_at(i) < TILE_M) {
+          const bool valid = a_row_at(i) < rows_left;
+          cp_async16_pred(a_sh + a_sh_at(i), valid ? a_gl + a_gl_at(i) : A, valid);
         }
       }
     }
@@ -480,7 +511,7 @@ struct Marlin {
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
         if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
-          cp_async16(b_sh + i * THREADS, b_gl + b_gl_off[i]);
+          cp_async16(b_sh + i * THREADS, b_gl + b_gl_at(i));
       }
     }
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
@@ -1028,32 +1059,51 @@ struct Marlin {
   // when K_SUB is even; with an odd K_SUB a unit's last step drains and the parity restarts.
   //
   // Ring slots: wgmma reads shared memory after the instruction that issues it, until the wait
-  // that completes it. Slot u - 1 is refilled after the barrier that closes unit u; every
-  // warpgroup has completed unit u - 1's groups before reaching it (its first wait in unit u
-  // does that), so the copy is issued after the barrier, with one unit fewer in flight at the
-  // wait before it (hence STAGES >= 3). cp.async writes through the generic proxy and wgmma
-  // reads through the async proxy: fence.proxy.async between the data's arrival and the barrier.
+  // that completes it. Slot u - 1 is refilled after the barrier in unit u's last step; every
+  // warpgroup has completed unit u - 1's groups before reaching it (its wait after step 0 of
+  // unit u does that; hence K_SUB >= 2), so the copy is issued after the barrier, with one unit
+  // fewer in flight at the wait before it (hence STAGES >= 3). cp.async writes through the
+  // generic proxy and wgmma reads through the async proxy: fence.proxy.async between the data's
+  // arrival and the barrier. Each step's weights and scales are read from shared memory one
+  // step ahead (regs[]), so their latency hides behind the previous step's dequantization.
   __device__ __forceinline__ void run_wgmma() {
     static_assert(STAGES >= 3, "the wgmma loop keeps STAGES - 2 units in flight at its waits");
+    static_assert(K_SUB >= 2, "the refill barrier must follow a wait inside the unit");
     FragC acc[4][SW];
     zero_frags<4 * SW>(&acc[0][0]);
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
     FragA wa[2][4] = {};
+    Regs regs[2];
+    fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
     int refill = STAGES - 1;
     for (int unit = unit_start; unit < unit_end; unit++) {
+      const int next = stage == STAGES - 1 ? 0 : stage + 1;
+      const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
-        Regs r;
-        fetch_to_registers(r, stage, sub);
-        dequant_wgmma(r, wa[sub % 2]);
+        if (sub == K_SUB - 1) {
+          // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
+          cp_async_wait<STAGES - 3>();
+          fence_proxy_async_shared();
+          __syncthreads();
+          fetch_or_skip(fetch, refill);
+          // Across a column's end the registers wait until after the epilogue (pressure).
+          if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
+        } else {
+          fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
+        }
+        dequant_wgmma(regs[sub % 2], wa[sub % 2]);
         issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
         wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
       }
-      if constexpr (K_SUB % 2 == 1) wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
-      const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
+      // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
+      if constexpr (K_SUB % 2 == 1) {
+        regs[0] = regs[1];
+        wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
+      }
       if (column_end) {
         wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
         // Nothing is in flight: the fragments are dead, and constants need no registers
@@ -1062,15 +1112,11 @@ struct Marlin {
         for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
         finish_column(acc, compute);
         zero_frags<4 * SW>(&acc[0][0]);
+        if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
       }
-      // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
-      cp_async_wait<STAGES - 3>();
-      fence_proxy_async_shared();
-      __syncthreads();
-      fetch_or_skip(fetch, refill);
       advance(compute);
       refill = stage;
-      stage = stage == STAGES - 1 ? 0 : stage + 1;
+      stage = next;
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
@@ -1111,7 +1157,11 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
-  k.warp = threadIdx.x / 32;
+  // wgmma: broadcast from lane 0 so the compiler knows the warp index is warp-uniform; the
+  // descriptors derived from it then live in uniform registers instead of being moved into them
+  // (R2UR) before every wgmma. (The mma.sync instances with 48-row tiles spill with it.)
+  k.warp = WGMMA ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0)
+                 : static_cast<int>(threadIdx.x / 32);
   k.nw = k.warp % K::N_WARPS;
   k.mw = (k.warp / K::N_WARPS) % K::M_WARPS;
   k.kw = k.warp / (K::N_WARPS * K::M_WARPS);

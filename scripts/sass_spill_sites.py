@@ -12,7 +12,8 @@ nvdisasm (``$NVDISASM``); no GPU needed. In the SASS of the wgmma main loop (``r
   refill and barrier, run every unit).
 
 Each spill is counted as prologue (before the loop), K steps, epilogue, unit tail, or after the
-loop. Exit status 1 if any instance spills in its K steps. ``config.spill_allowance`` rests on this check (record:
+loop, and every instruction by the same regions (static counts: how long each part's code is).
+Exit status 1 if any instance spills in its K steps. ``config.spill_allowance`` rests on this check (record:
 benchmarks/results/2026-11-29_sass_spill_sites.txt).
 """
 from __future__ import annotations
@@ -64,20 +65,22 @@ def classify(lines: list) -> dict:
             epi_end = labels[m.group(1)]
             break
     counts = {"prologue": 0, "k_steps": 0, "epilogue": 0, "unit_tail": 0, "after_loop": 0}
+    sizes = dict(counts)
     for i, t in insns:
-        if not re.match(r"(STL|LDL)\b", t):
-            continue
         if i < loop[0]:
-            counts["prologue"] += 1
+            region = "prologue"
         elif i > loop[1]:
-            counts["after_loop"] += 1
+            region = "after_loop"
         elif k_first <= i <= k_last:
-            counts["k_steps"] += 1
+            region = "k_steps"
         elif k_last < i and (epi_end is None or i < epi_end):
-            counts["epilogue"] += 1
+            region = "epilogue"
         else:
-            counts["unit_tail"] += 1
-    return counts
+            region = "unit_tail"   # the loop head before the first HGMMA counts here too
+        sizes[region] += 1
+        if re.match(r"(STL|LDL)\b", t):
+            counts[region] += 1
+    return counts, sizes
 
 
 def main(argv) -> int:
@@ -88,11 +91,12 @@ def main(argv) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in argv:
             for zp in (False, True):
-                c = classify(sass(name, zp, Path(tmp)))
+                c, sizes = classify(sass(name, zp, Path(tmp)))
                 hot = c["k_steps"]
                 bad += hot > 0
                 print(f"{'ok ' if hot == 0 else 'HOT'} {name}{'_zp' if zp else ''}: "
-                      + ", ".join(f"{k} {v}" for k, v in c.items()))
+                      + ", ".join(f"{k} {v}" for k, v in c.items())
+                      + "; instructions: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
     print(f"{bad} instance(s) spill in the K steps")
     return 1 if bad else 0
 
