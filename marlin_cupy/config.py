@@ -230,26 +230,9 @@ HEURISTIC_M_BLOCKS = (1, 2, 4)
 INSTANTIATED = _instantiated()
 
 
-#: Spill allowance of the wgmma instances with swap_ab=8, 256 threads and 256 x 128 tiles
-#: (bytes of spill stores or loads, per instance). They hold 128 FP32 accumulators per thread
-#: (64 columns x 64 rows per warp) next to the in-flight A fragments. ``scripts/sass_spill_sites.py``
-#: classifies every spill in their SASS (record: benchmarks/results/2026-11-29_sass_spill_sites.txt):
-#: none in the K steps, a few hundred bytes in the column epilogue (once per column) and 3 or 4
-#: local accesses in the tail of each unit. Other sw8 shapes spill in the K steps and get no allowance;
-#: every other instance must not spill at all.
-EPILOGUE_SPILL_LIMIT = 1024
-
-
-def spill_allowance(cfg: "KernelConfig") -> int:
-    """Spill bytes (stores or loads) an instance may have: 0, or the epilogue allowance."""
-    checked = (cfg.wgmma and cfg.swap_ab == 8 and cfg.threads == 256
-               and cfg.thread_n_blocks == 16 and cfg.thread_k_blocks == 8)
-    return EPILOGUE_SPILL_LIMIT if checked else 0
-
-
 #: sm_90a wgmma configs, one per structural case, compiled by CI for sm_90a and run by the GPU
-#: tests. The heuristic never picks wgmma; the tuner measures it from M = 32 on (compute
-#: capability 9.0), and the shipped H200 table uses it where it won (NOTES.md entry 10).
+#: tests. The heuristic never picks wgmma; the tuner measures it at every M bucket (compute
+#: capability 9.0), and the shipped H200 table uses it where it won (NOTES.md entries 10, 11).
 WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg",
     "t256_m4_n16_k8_s4_g2_fp16_sw8_wg", "t256_m4_n16_k8_s4_g4_fp32_sw8_wg",

@@ -37,9 +37,9 @@ TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
 TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
                      (256, 32, 8))
-#: No wgmma candidates at M <= 16: N = 8 or 16 per instruction lost to mma.sync on every llama2-70b
-#: layer (scripts/wgmma_probe.py, exploration/wgmma_probe_70b_c69cba5.json).
-TUNE_WGMMA_SWAPS = {32: (4,), 48: (8,), 64: (8,), 128: (8,), 1 << 30: (8,)}
+#: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
+#: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
+TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8,), 1 << 30: (8,)}
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 128").
 BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 1 << 30: 256}
 
@@ -108,19 +108,15 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
     """Whether the instance spills registers: on the current GPU, or compiled offline for ``arch``.
 
     Spilling configs are never chosen, however they time: spill traffic makes them fragile
-    (another compiler version, another input size) and CI rejects them. The one exception is
-    ``config.spill_allowance``: a family of swap_ab=8 wgmma instances whose spills are outside
-    the K steps, up to that many bytes.
+    (another compiler version, another input size) and CI rejects them.
     """
-    from .config import spill_allowance
-    allowed = spill_allowance(cfg)
     if arch is None:
         from .ops import device_facts, kernel_resources
         limit = device_facts()["smem_optin"]
-        return any(kernel_resources(cfg, zp)["spill_bytes"] > allowed for zp in (False, True)
+        return any(kernel_resources(cfg, zp)["spill_bytes"] > 0 for zp in (False, True)
                    if cfg.smem_bytes(zp) <= limit)
     from . import jit, kernels
-    return any(max(r.spill_store_bytes, r.spill_load_bytes) > allowed for zp in (False, True)
+    return any(max(r.spill_store_bytes, r.spill_load_bytes) > 0 for zp in (False, True)
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
@@ -177,8 +173,8 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
-    ``wgmma`` adds the sm_90a wgmma candidates from M = 32 on (compute capability 9.0 only; on
-    the H200 they win from M = 64 on, by 20-25 % on the large layers: NOTES.md entry 10)."""
+    ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
+    win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11)."""
     import cupy as cp
     import numpy as np
 
@@ -247,7 +243,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the table here (default: the user cache)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--wgmma", action=argparse.BooleanOptionalAction, default=True,
-                   help="also measure the sm_90a wgmma configs from M = 32 on (cc 9.0 only; "
+                   help="also measure the sm_90a wgmma configs (cc 9.0 only; "
                         "default on)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "

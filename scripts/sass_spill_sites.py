@@ -8,13 +8,14 @@ nvdisasm (``$NVDISASM``); no GPU needed. In the SASS of the wgmma main loop (``r
 * the *unit loop* is the backward branch whose body holds the HGMMA instructions;
 * the *K steps* run from its first HGMMA to its last one;
 * after the last HGMMA, a forward branch skips the *column epilogue* (taken when the unit does
-  not end a column); from its target to the loop's back branch is the *unit tail* (the ring
-  refill and barrier, run every unit).
+  not end a column); from its target to the loop's back branch, plus the loop head before the
+  first HGMMA, is the *unit tail*, run every unit. (Since NOTES.md entry 11 the ring refill and
+  its barrier sit inside the last K step; before, they were in the unit tail.)
 
 Each spill is counted as prologue (before the loop), K steps, epilogue, unit tail, or after the
 loop, and every instruction by the same regions (static counts: how long each part's code is).
-Exit status 1 if any instance spills in its K steps. ``config.spill_allowance`` rests on this check (record:
-benchmarks/results/2026-11-29_sass_spill_sites.txt).
+Exit status 1 if any instance spills in its K steps. Record of the spills that the sw8 instances
+had before entry 11 removed them: benchmarks/results/2026-11-29_sass_spill_sites.txt.
 """
 from __future__ import annotations
 
