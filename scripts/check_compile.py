@@ -286,7 +286,7 @@ def main(argv=None) -> int:
         for p in problems:
             print(f"- {p}")
         return 1
-    print(f"compile check passed: {len(results)} compile(s), no spills beyond the allowances "
+    print(f"compile check passed: {len(results)} compile(s), no spills "
           f"({elapsed:.1f} s)")
     return 0
 
