@@ -37,6 +37,9 @@ TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
 TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
                      (256, 32, 8))
+#: CTAs per SM tried for wgmma: with 128 threads, two CTAs (each its own ring and barriers) fit
+#: the register file (255 registers each) and, at shallow depths, shared memory.
+TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
 TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8,), 1 << 30: (8,)}
@@ -162,11 +165,12 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
     if wgmma:
         for threads, nb, kb in TUNE_WGMMA_SHAPES:
             for swap in TUNE_WGMMA_SWAPS.get(m_bucket(m), ()):
-                for st in TUNE_STAGES:
-                    cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True, 1, swap,
-                                       wgmma=True)
-                    if _fits(cfg, n, k, smem_limit):
-                        out.append(cfg)
+                for blocks, stages in TUNE_WGMMA_BLOCKS_PER_SM[threads]:
+                    for st in stages:
+                        cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True,
+                                           blocks, swap, wgmma=True)
+                        if _fits(cfg, n, k, smem_limit):
+                            out.append(cfg)
     return out
 
 
