@@ -241,7 +241,8 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m2_n32_k4_s4_g8_fp32_sw4_wg", "t128_m1_n16_k4_s4_gc_fp32_sw2_wg",
     "t128_m1_n16_k4_s4_g2_fp16_sw2_wg", "t256_m2_n16_k4_s4_g4_fp32_sw4_wg",
     "t128_m1_n16_k8_s4_g8_fp32_sw2_wg", "t256_m2_n32_k8_s4_g4_fp32_sw4_wg",
-    "t256_m1_n16_k8_s3_gc_fp32_sw1_wg", "t256_m2_n16_k8_s6_g8_fp32_sw4_wg"))
+    "t256_m1_n16_k8_s3_gc_fp32_sw1_wg", "t256_m2_n16_k8_s6_g8_fp32_sw4_wg",
+    "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2"))
 
 
 def tuned_instances() -> dict:

@@ -14,6 +14,8 @@ from marlin_cupy.config import INSTANTIATED, WGMMA_EXAMPLES, KernelConfig, tuned
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
+#: ... and the wgmma examples that no table uses (each config is tested once).
+WGMMA_EXTRA = tuple(c for c in WGMMA_EXAMPLES if c not in DISPATCHABLE)
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -62,7 +64,7 @@ def problem_for(cfg: KernelConfig, rng):
 
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
-    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXAMPLES, ids=lambda c: c.name)
+    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA, ids=lambda c: c.name)
     def test_config(self, cfg, has_zp):
         from marlin_cupy.ops import device_facts
         if cfg.wgmma and device_facts()["cc"] != "90":
