@@ -205,6 +205,14 @@ __device__ __forceinline__ void st_release_gpu(int* p, int v) {
   asm volatile("st.global.release.gpu.b32 [%0], %1;\n" ::"l"(p), "r"(v));
 }
 
+// Returns the old value; acquire and release at GPU scope (PTX ISA, atom: .sem = .acq_rel).
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ uint32_t dynamic_smem_size() {
   uint32_t v;
   asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(v));
@@ -310,9 +318,13 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 {1, 2, 4, 8}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
 //                 tile is stored as K_BLOCKS / 4 regions of 128-byte rows (64 halves of K), each
 //                 the 128-byte swizzle layout wgmma reads through a descriptor.
+//   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
+//                 one after another: each leaves its own in scratch and the last to arrive
+//                 adds them all, in a fixed order (see finish_column).
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false>
 struct Marlin {
+  static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static constexpr int WARPS = THREADS / 32;
   static constexpr int N_WARPS = N_BLOCKS / 4;     // warps side by side along N
   // A 64-row tile would need 128 accumulators per thread; two warps share it by rows instead
@@ -921,6 +933,39 @@ struct Marlin {
                    as_u32(__floats2half2_rn(acc[mb][nb][2 * hi], acc[mb][nb][2 * hi + 1])));
   }
 
+  // PAR_REDUCE: each CTA of a split column leaves its FP32 partial sums in a scratch slot of
+  // its own and counts itself in at the column's counter (locks[top]); none waits. A CTA
+  // shares at most two columns with others: the one its stripe starts in (slot 2b) and the one
+  // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The last CTA to
+  // arrive adds all partials in the fixed order bottom, bottom - 1, ..., top, so the result is
+  // bitwise the same whatever the arrival order; it writes C and re-arms the counter. Against
+  // the serial chain below, no CTA waits on another, and the column costs one pass over its
+  // partials instead of count - 1 hand-overs, each a store, a load and a lock round trip.
+  static __device__ __forceinline__ int partial_slot(int cta, int top) {
+    return 2 * cta + (cta == top ? 1 : 0);
+  }
+
+  template <typename Acc>
+  __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
+                                                      int bottom) {
+    constexpr int NF = sizeof(Acc) / sizeof(FragC);
+    FragC* frags = reinterpret_cast<FragC*>(&acc);
+    if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
+    __threadfence();
+    __syncthreads();
+    int before = 0;
+    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
+    // Every other CTA of the column has published its partial (fence, then the atomic).
+    if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
+    if (kw == 0) {
+      zero_frags<NF>(frags);
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+      if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
+      else store_result(acc, slab, n_tile);
+    }
+    if (tid == 0) locks[top] = 0;
+  }
+
   // The CTAs sharing a column add their partial sums one after another, the one that owns
   // the bottom of K first: it reaches that column at the start of its stripe, so no CTA ever
   // waits on work that comes late in another CTA's stripe. The order is fixed by the
@@ -947,6 +992,10 @@ struct Marlin {
         if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
         else store_result(acc, slab, n_tile);
       }
+      return;
+    }
+    if constexpr (PAR_REDUCE) {
+      finish_split_column(acc, slab, n_tile, top, bottom);
       return;
     }
     const int count = bottom - top + 1;
@@ -1124,13 +1173,13 @@ struct Marlin {
 };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE>;
   extern __shared__ __align__(1024) int4 smem[];
   // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
   // would corrupt memory silently, so it stops the kernel instead.

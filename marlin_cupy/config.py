@@ -53,6 +53,9 @@ class KernelConfig:
     #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 8}, thread_m_blocks =
     #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
     wgmma: bool = False
+    #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
+    #: the last to arrive adds them, instead of adding them one after another (name: fp32par).
+    parallel_reduce: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -95,14 +98,14 @@ class KernelConfig:
     @property
     def name(self) -> str:
         g = "c" if self.group_blocks == -1 else str(self.group_blocks)
-        red = "fp32" if self.fp32_reduce else "fp16"
+        red = ("fp32par" if self.parallel_reduce else "fp32") if self.fp32_reduce else "fp16"
         occ = f"_b{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
         swap = f"_sw{self.swap_ab}" if self.swap_ab else ""
         wg = "_wg" if self.wgmma else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
                 f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{occ}")
 
-    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32|fp16)"
+    _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
                        r"(?:_sw(\d+))?(_wg)?(?:_b(\d+))?$")
 
     @classmethod
@@ -111,12 +114,14 @@ class KernelConfig:
         if not m:
             raise ValueError(f"{name!r} is not a config name; expected the form "
                              f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
-                             f"per-channel scales; then fp32 or fp16 global reduction; optional "
+                             f"per-channel scales; then fp32, fp32par (parallel) or fp16 global "
+                             f"reduction; optional "
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), then "
                              f"_b2 for two CTAs per SM).")
         t, mb, nb, kb, st, g, red, swap, wg, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
-                   red == "fp32", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg))
+                   red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
+                   red == "fp32par")
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -171,6 +176,8 @@ class KernelConfig:
                             f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
         elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
             errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
+        if self.parallel_reduce and not self.fp32_reduce:
+            errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -243,6 +250,17 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m1_n16_k8_s4_g8_fp32_sw2_wg", "t256_m2_n32_k8_s4_g4_fp32_sw4_wg",
     "t256_m1_n16_k8_s3_gc_fp32_sw1_wg", "t256_m2_n16_k8_s6_g8_fp32_sw4_wg",
     "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2"))
+
+#: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
+#: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
+#: (sm_90a) and two CTAs per SM. Compiled by CI, run by the GPU tests against the serial
+#: reduction; no table dispatches them yet (NOTES.md entry 12).
+PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t128_m4_n4_k8_s4_g8_fp32par", "t256_m2_n8_k16_s4_g8_fp32par", "t256_m4_n8_k16_s4_g8_fp32par",
+    "t256_m1_n16_k8_s4_g8_fp32par_sw1_b2", "t256_m1_n16_k16_s4_g8_fp32par_sw2",
+    "t128_m1_n4_k8_s4_gc_fp32par_sw1", "t256_m1_n8_k8_s4_g2_fp32par",
+    "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg",
+    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg"))
 
 
 def tuned_instances() -> dict:

@@ -91,7 +91,7 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import WGMMA_EXAMPLES, tuned_instances
+    from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances
 
     def target(cfg, zp, archs=()):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",
@@ -102,9 +102,12 @@ def config_targets():
     tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tuned_instances().items()
              for cfg in cfgs for zp in (False, True)]
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
-    return targets + tuned + wg, (
-        f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables "
-        f"and {len(wg) // 2} wgmma examples (sm_90a), sym and zero-point each")
+    par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
+           for zp in (False, True)]
+    return targets + tuned + wg + par, (
+        f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
+        f"{len(wg) // 2} wgmma examples (sm_90a) and {len(par) // 2} parallel-reduction examples, "
+        f"sym and zero-point each")
 
 
 def all_targets():

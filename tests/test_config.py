@@ -17,6 +17,7 @@ INVALID = {
     "swap_value": KernelConfig(swap_ab=3),
     "wgmma_k_blocks": KernelConfig(thread_k_blocks=6, swap_ab=2, wgmma=True),
     "wgmma_m_blocks": KernelConfig(thread_m_blocks=1, thread_k_blocks=4, swap_ab=4, wgmma=True),
+    "parallel_fp16": KernelConfig(fp32_reduce=False, parallel_reduce=True),
 }
 
 
@@ -45,7 +46,10 @@ class TestNames:
     @pytest.mark.parametrize("cfg", list(INSTANTIATED[:10]) + [
         KernelConfig(blocks_per_sm=2), KernelConfig(group_blocks=-1, fp32_reduce=False),
         KernelConfig(swap_ab=1), KernelConfig(swap_ab=2, blocks_per_sm=2),
-        KernelConfig(thread_m_blocks=4, thread_k_blocks=4, swap_ab=8, wgmma=True, blocks_per_sm=2)],
+        KernelConfig(thread_m_blocks=4, thread_k_blocks=4, swap_ab=8, wgmma=True, blocks_per_sm=2),
+        KernelConfig(parallel_reduce=True),
+        KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
+                     parallel_reduce=True)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg

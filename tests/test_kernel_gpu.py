@@ -10,12 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
-from marlin_cupy.config import INSTANTIATED, WGMMA_EXAMPLES, KernelConfig, tuned_instances
+from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES,
+                                KernelConfig, tuned_instances)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
 #: ... and the wgmma examples that no table uses (each config is tested once).
 WGMMA_EXTRA = tuple(c for c in WGMMA_EXAMPLES if c not in DISPATCHABLE)
+#: ... and the parallel-reduction examples, each also checked against its serial twin.
+PAR_EXTRA = tuple(c for c in PARALLEL_REDUCE_EXAMPLES if c not in DISPATCHABLE)
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -64,7 +67,7 @@ def problem_for(cfg: KernelConfig, rng):
 
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
-    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA, ids=lambda c: c.name)
+    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA + PAR_EXTRA, ids=lambda c: c.name)
     def test_config(self, cfg, has_zp):
         from marlin_cupy.ops import device_facts
         if cfg.wgmma and device_facts()["cc"] != "90":
@@ -150,6 +153,54 @@ class TestOddShapes:
         mw = mc.pack(make_weight(rng, 256, 128, 128)).to_device()
         y = mc.matmul(cp.zeros((0, 256), cp.float16), mw)
         assert y.shape == (0, 128)
+
+
+def _skip_unless_runs(cfg, has_zp=False):
+    from marlin_cupy.ops import device_facts
+    if cfg.wgmma and device_facts()["cc"] != "90":
+        pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is sm_{device_facts()['cc']}")
+    if cfg.smem_bytes(has_zp) > device_facts()["smem_optin"]:
+        pytest.skip(f"{cfg.name} needs more shared memory than this device allows")
+
+
+class TestParallelReduction:
+    """The parallel reduction adds the same partials in the same order as the serial one
+    (bottom CTA first), so the two agree exactly, whatever the arrival order."""
+
+    @pytest.mark.parametrize("cfg", PARALLEL_REDUCE_EXAMPLES, ids=lambda c: c.name)
+    def test_equals_serial_reduction(self, cfg):
+        _skip_unless_runs(cfg, True)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        # Long K and two column tiles: up to 64 CTAs share a column at 132 CTAs.
+        k, n = 64 * cfg.tile_k, 2 * cfg.tile_n
+        serial = cfg.with_(parallel_reduce=False)
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in ((5, 8) if cfg.max_m == 8 else (cfg.tile_m - 1, 2 * cfg.tile_m + 3)):
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for max_ctas in (None, 2, 5, 33, 97):
+                    got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                    want = mc.matmul(x, mw, config=serial, max_ctas=max_ctas)
+                    assert bool(cp.all(got == want)), (m, max_ctas, sym)
+                    if max_ctas is None:
+                        judge(cp.asnumpy(x), qw, got)
+
+    def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
+        from marlin_cupy.ops import workspace
+        cfg = KernelConfig.from_name("t256_m4_n8_k16_s4_g8_fp32par")
+        rng = np.random.default_rng(14)
+        qw = make_weight(rng, 16384, 256, 128)
+        mw = mc.pack(qw).to_device()
+        x = cp.asarray(rng.standard_normal((100, 16384)).astype(np.float16))
+        first = mc.matmul(x, mw, config=cfg)
+        for _ in range(50):
+            again = mc.matmul(x, mw, config=cfg)
+            assert cp.array_equal(first.view(cp.uint16), again.view(cp.uint16))
+        cp.cuda.get_current_stream().synchronize()
+        assert int(cp.count_nonzero(workspace().locks)) == 0
+        judge(cp.asnumpy(x), qw, first)
 
 
 class TestDeterminismAndWorkspace:

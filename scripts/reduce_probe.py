@@ -1,0 +1,108 @@
+"""Time the parallel cross-CTA reduction against the serial one on real layers (needs a GPU).
+
+    python3 scripts/reduce_probe.py OUT.json [--sets llama2-7b,llama2-13b,llama2-70b]
+                                    [--m 8,16,32,64,128] [--top 4]
+
+For every layer and M (use the buckets' own M: 8, 16, 32, 64, 128): the default dispatch, then
+the ``--top`` fastest configs that the shipped tuned table measured for that layer and M bucket
+(its ``measurements``), each run with the
+serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree exactly: they
+add the same partials in the same order (a mismatch is recorded and counted). Timing is the
+tuner's method (``bench.harness.Timer``, weights rotated past the L2).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from marlin_cupy import kernels, ops  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, rotation_copies  # noqa: E402
+from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
+from marlin_cupy.config import KernelConfig, m_bucket  # noqa: E402
+from marlin_cupy.layout import pack  # noqa: E402
+from marlin_cupy.records import environment  # noqa: E402
+from marlin_cupy.tune import shipped_path  # noqa: E402
+from marlin_cupy.weights import QuantizedWeight  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
+    p.add_argument("--m", default="8,16,32,64,128")
+    p.add_argument("--top", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=128)
+    a = p.parse_args(argv)
+    ms = [int(v) for v in a.m.split(",")]
+    facts = ops.device_facts()
+    table = json.loads(shipped_path(facts["name"]).read_text())
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    l2 = int(dev.get("l2CacheSize", 50 << 20))
+    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
+    plan = {}
+    for (k, n) in shapes:
+        for m in ms:
+            meas = sorted((r for r in table["measurements"]
+                           if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
+                          key=lambda r: r["median_us"])
+            base = ops.plan(m, n, k, a.group_size).config
+            serial = list(dict.fromkeys(
+                [base] + [KernelConfig.from_name(r["config"]) for r in meas[:a.top]]))
+            plan[(k, n, m)] = [(c, c.with_(parallel_reduce=True)) for c in serial
+                               if c.fp32_reduce and not (n % c.tile_n or k % c.tile_k)]
+    kernels.warm_instantiated(os.cpu_count() or 4,
+                              {c for ps in plan.values() for pair in ps for c in pair})
+    rng = np.random.default_rng(0)
+    rows, mismatches = [], 0
+    with bench_stream() as stream:
+        timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
+        for (k, n) in shapes:
+            g = k // a.group_size
+            qw = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
+                                 rng.uniform(1e-3, 1e-2, (g, n)).astype(np.float16), None, None,
+                                 4, a.group_size)
+            copies = rotation_copies(k * n // 2, l2, 8 << 30)
+            host = pack(qw)
+            mws = [host.to_device() for _ in range(copies)]
+            for m in ms:
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for serial, par in plan[(k, n, m)]:
+                    row = {"k": k, "n": n, "m": m, "config": serial.name}
+                    try:
+                        same = bool(cp.all(ops.matmul(x, mws[0], config=serial)
+                                           == ops.matmul(x, mws[0], config=par)))
+                        ts = timer.measure(lambda i: ops.matmul(x, mws[i], config=serial),
+                                           copies).stats.median_us
+                        tp = timer.measure(lambda i: ops.matmul(x, mws[i], config=par),
+                                           copies).stats.median_us
+                    except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                        rows.append(dict(row, error=repr(e)))
+                        print(f"{k}x{n} m={m} {serial.name}: ERROR {e!r}", flush=True)
+                        continue
+                    mismatches += not same
+                    rows.append(dict(row, serial_us=ts, parallel_us=tp, equal=same,
+                                     dispatch=serial == ops.plan(m, n, k, a.group_size).config))
+                    print(f"{k}x{n} m={m} {serial.name}: serial {ts:.1f} us, parallel {tp:.1f} us"
+                          f"{'' if same else '  MISMATCH'}", flush=True)
+            del mws
+            cp.get_default_memory_pool().free_all_blocks()
+    with open(a.out, "w") as f:
+        json.dump({"kind": "reduce_probe", "sets": a.sets, "environment": environment(),
+                   "table_commit": table.get("git_commit"), "mismatches": mismatches,
+                   "rows": rows}, f, indent=1)
+    print(f"reduce_probe: {len(rows)} rows, {mismatches} mismatches")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
