@@ -319,8 +319,8 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 tile is stored as K_BLOCKS / 4 regions of 128-byte rows (64 halves of K), each
 //                 the 128-byte swizzle layout wgmma reads through a descriptor.
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
-//                 one after another: each leaves its own in scratch and the column's top CTA
-//                 adds them all, in a fixed order (see finish_split_column).
+//                 one after another: each leaves its own in scratch and the last to arrive
+//                 adds them all, in a fixed order (see finish_column).
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false>
 struct Marlin {
@@ -933,39 +933,37 @@ struct Marlin {
                    as_u32(__floats2half2_rn(acc[mb][nb][2 * hi], acc[mb][nb][2 * hi + 1])));
   }
 
-  // PAR_REDUCE: the CTAs of a split column other than its top (the CTA holding its k = 0, which
-  // reaches the column at the end of its stripe) leave their FP32 partial sums in a scratch
-  // slot of their own (slot b: a CTA is a non-top member of at most one column, the one its
-  // stripe starts in), count themselves in at the column's counter (locks[top]) and go on
-  // without waiting. The top waits for the count, adds the partials in the fixed order
-  // top + 1, ..., bottom to its own (bitwise reproducible), writes C and re-arms the counter.
-  // Against the serial chain below: the same work when two CTAs share the column, and when
-  // more do, one pass over their partials instead of count - 1 hand-overs, each a store, a
-  // load and a lock round trip.
+  // PAR_REDUCE: each CTA of a split column leaves its FP32 partial sums in a scratch slot of
+  // its own and counts itself in at the column's counter (locks[top]); none waits. A CTA
+  // shares at most two columns with others: the one its stripe starts in (slot 2b) and the one
+  // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The last CTA to
+  // arrive adds all partials in the fixed order bottom, bottom - 1, ..., top, so the result is
+  // bitwise the same whatever the arrival order; it writes C and re-arms the counter. Against
+  // the serial chain below, no CTA waits on another, and the column costs one pass over its
+  // partials instead of count - 1 hand-overs, each a store, a load and a lock round trip.
+  static __device__ __forceinline__ int partial_slot(int cta, int top) {
+    return 2 * cta + (cta == top ? 1 : 0);
+  }
+
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
                                                       int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
-    int* counter = locks + top;
-    if (static_cast<int>(blockIdx.x) != top) {
-      if (kw == 0) store_scratch<NF>(frags, blockIdx.x);
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) atom_add_acq_rel_gpu(counter, 1);
-      return;
-    }
-    if (tid == 0) {
-      while (ld_acquire_gpu(counter) != bottom - top) {
-      }
-    }
+    if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
+    __threadfence();
     __syncthreads();
+    int before = 0;
+    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
+    // Every other CTA of the column has published its partial (fence, then the atomic).
+    if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     if (kw == 0) {
-      for (int cta = top + 1; cta <= bottom; cta++) add_scratch<NF>(frags, cta);
+      zero_frags<NF>(frags);
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
-    if (tid == 0) *counter = 0;
+    if (tid == 0) locks[top] = 0;
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns

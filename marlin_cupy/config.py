@@ -54,7 +54,7 @@ class KernelConfig:
     #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
     wgmma: bool = False
     #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
-    #: the column's top CTA adds them, instead of adding them one after another (name: fp32par).
+    #: the last to arrive adds them, instead of adding them one after another (name: fp32par).
     parallel_reduce: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel

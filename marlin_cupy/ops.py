@@ -225,10 +225,11 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     per_sm = min(cfg.blocks_per_sm, resident)
     cap = facts["sms"] * per_sm
     grid = min(units, cap if max_ctas is None else min(max_ctas, cap))
-    # One partial-sum slot per CTA: the serial reduction indexes it by the column's top CTA,
-    # the parallel one by the depositing CTA.
+    # One partial-sum slot per CTA for the serial reduction (the column's top CTA's); two per
+    # CTA for the parallel one (the column its stripe starts in, and the one it ends in).
+    slots = grid * (2 if cfg.parallel_reduce else 1)
     return Plan(cfg, kernel, grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
-                grid * cfg.tile_m * cfg.tile_n)
+                slots * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.

@@ -6,8 +6,8 @@
 For every layer and M (use the buckets' own M: 8, 16, 32, 64, 128): the default dispatch, then
 the ``--top`` fastest configs that the shipped tuned table measured for that layer and M bucket
 (its ``measurements``), each run with the
-serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree to one FP16
-ulp: they add the same FP32 partials, in another order (a mismatch is recorded and counted). Timing is the
+serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree exactly: they
+add the same partials in the same order (a mismatch is recorded and counted). Timing is the
 tuner's method (``bench.harness.Timer``, weights rotated past the L2).
 """
 from __future__ import annotations
@@ -79,10 +79,8 @@ def main(argv=None) -> int:
                 for serial, par in plan[(k, n, m)]:
                     row = {"k": k, "n": n, "m": m, "config": serial.name}
                     try:
-                        a_ = cp.asnumpy(ops.matmul(x, mws[0], config=serial)).astype(np.float32)
-                        b_ = cp.asnumpy(ops.matmul(x, mws[0], config=par)).astype(np.float32)
-                        ulp = np.spacing(np.maximum(np.abs(a_), np.abs(b_)).astype(np.float16))
-                        same = bool(np.all(np.abs(a_ - b_) <= ulp.astype(np.float32)))
+                        same = bool(cp.all(ops.matmul(x, mws[0], config=serial)
+                                           == ops.matmul(x, mws[0], config=par)))
                         ts = timer.measure(lambda i: ops.matmul(x, mws[i], config=serial),
                                            copies).stats.median_us
                         tp = timer.measure(lambda i: ops.matmul(x, mws[i], config=par),

@@ -163,19 +163,12 @@ def _skip_unless_runs(cfg, has_zp=False):
         pytest.skip(f"{cfg.name} needs more shared memory than this device allows")
 
 
-def within_one_ulp(a, b) -> bool:
-    """FP16 arrays equal up to one unit in the last place (same partials, other FP32 order)."""
-    a, b = cp.asnumpy(a), cp.asnumpy(b)
-    ulp = np.spacing(np.maximum(np.abs(a), np.abs(b))).astype(np.float32)
-    return bool(np.all(np.abs(a.astype(np.float32) - b.astype(np.float32)) <= ulp))
-
-
 class TestParallelReduction:
-    """The parallel reduction adds the same FP32 partials as the serial one, top CTA first
-    instead of bottom first: the outputs agree to one FP16 ulp and each is reproducible."""
+    """The parallel reduction adds the same partials in the same order as the serial one
+    (bottom CTA first), so the two agree exactly, whatever the arrival order."""
 
     @pytest.mark.parametrize("cfg", PARALLEL_REDUCE_EXAMPLES, ids=lambda c: c.name)
-    def test_matches_serial_reduction(self, cfg):
+    def test_equals_serial_reduction(self, cfg):
         _skip_unless_runs(cfg, True)
         rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
         group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
@@ -190,9 +183,7 @@ class TestParallelReduction:
                 for max_ctas in (None, 2, 5, 33, 97):
                     got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
                     want = mc.matmul(x, mw, config=serial, max_ctas=max_ctas)
-                    assert within_one_ulp(got, want), (m, max_ctas, sym)
-                    again = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                    assert cp.array_equal(got.view(cp.uint16), again.view(cp.uint16))
+                    assert bool(cp.all(got == want)), (m, max_ctas, sym)
                     if max_ctas is None:
                         judge(cp.asnumpy(x), qw, got)
 
