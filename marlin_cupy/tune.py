@@ -147,7 +147,8 @@ def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
     return True
 
 
-def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False):
+def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False,
+               parallel_reduce: bool = False):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
     # Swapped operands serve up to 8 (swap_ab=1) or 16 rows per slab (swap_ab=2).
@@ -171,14 +172,19 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                                            blocks, swap, wgmma=True)
                         if _fits(cfg, n, k, smem_limit):
                             out.append(cfg)
+    if parallel_reduce:
+        # Each candidate again with the parallel cross-CTA reduction: it wins where many CTAs
+        # share a column (deep K, narrow N) and loses a little where two do (NOTES.md entry 12).
+        out += [c.with_(parallel_reduce=True) for c in out if c.fp32_reduce]
     return out
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
-         wgmma: bool = True) -> dict:
+         wgmma: bool = True, parallel_reduce: bool = True) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
-    win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11)."""
+    win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
+    measures every candidate with both cross-CTA reductions (NOTES.md entry 12)."""
     import cupy as cp
     import numpy as np
 
@@ -196,7 +202,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
-                                                           facts["smem_optin"], wg)}
+                                                           facts["smem_optin"], wg,
+                                                           parallel_reduce)}
     kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
     entries, rows = [], []
     try:
@@ -217,7 +224,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             for b in buckets:
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for cfg in candidates(m, n, k, group_size, facts["smem_optin"], wg):
+                for cfg in candidates(m, n, k, group_size, facts["smem_optin"], wg,
+                                      parallel_reduce):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
@@ -249,6 +257,9 @@ def main(argv=None) -> int:
     p.add_argument("--wgmma", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the sm_90a wgmma configs (cc 9.0 only; "
                         "default on)")
+    p.add_argument("--parallel-reduce", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure every candidate with the parallel cross-CTA reduction "
+                        "(default on; doubles the tuning time)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
@@ -286,7 +297,8 @@ def main(argv=None) -> int:
         k, n = (int(v) for v in item.split(","))
         shapes.append((k, n))
     shapes = list(dict.fromkeys(shapes))
-    table = tune(shapes, a.group_size, progress=not a.no_progress, wgmma=a.wgmma)
+    table = tune(shapes, a.group_size, progress=not a.no_progress, wgmma=a.wgmma,
+                 parallel_reduce=a.parallel_reduce)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))

@@ -7,8 +7,8 @@
 Runs the smoke kernel (cuda/smoke.cu), then ``mc.matmul`` on small problems (odd M, M > 64,
 symmetric and asymmetric groups) with the default dispatch, a handful of instantiated
 configurations spread over ``marlin_cupy.config.INSTANTIATED`` (every one with
-``--all-configs``) and the wgmma configurations of the shipped tuned tables (skipped where the
-device cannot run them), or with the ``--names`` given, each on weights of the group size it
+``--all-configs``), the wgmma configurations of the shipped tuned tables (skipped where the
+device cannot run them) and parallel-reduction configurations, or with the ``--names`` given, each on weights of the group size it
 was built for. Each result is compared
 with a float64 reference under the rule of DESIGN.md s.6 and must repeat bit for bit.
 Exit status 1 on any mismatch or error, 0 otherwise. The last line is a summary that
@@ -50,18 +50,25 @@ def smoke() -> bool:
 def pick_configs(count: int | None, names=()):
     """``[(name, cfg)]``: the configurations named, if any; else the default dispatch
     (``config=None``), ``count`` configurations spread over INSTANTIATED (all of them for
-    ``None``), and every wgmma configuration of the shipped tuned tables (the shapes here are
-    not in those tables, so the default dispatch never reaches them)."""
-    from marlin_cupy.config import INSTANTIATED, KernelConfig, tuned_instances
+    ``None``), every wgmma configuration of the shipped tuned tables (the shapes here are
+    not in those tables, so the default dispatch never reaches them), and the parallel-reduction
+    configurations the tables use, or two of the examples when none does."""
+    from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, KernelConfig,
+                                    tuned_instances)
     if names:
         return [(n, KernelConfig.from_name(n)) for n in names]
     configs = list(INSTANTIATED)
     if count is not None and len(configs) > count:
         idx = np.unique(np.linspace(0, len(configs) - 1, count).round().astype(int))
         configs = [configs[i] for i in idx]
-    wgmma = sorted({c for cs in tuned_instances().values() for c in cs if c.wgmma},
-                   key=lambda c: c.name)
-    return [("default", None)] + [(cfg.name, cfg) for cfg in configs + wgmma]
+    tuned = {c for cs in tuned_instances().values() for c in cs}
+    wgmma = sorted((c for c in tuned if c.wgmma), key=lambda c: c.name)
+    par = sorted((c for c in tuned if c.parallel_reduce and not c.wgmma), key=lambda c: c.name)
+    if not any(c.parallel_reduce for c in tuned):
+        # A split column under the sanitizer: these shapes give every column 2-8 CTAs.
+        par = [c for c in PARALLEL_REDUCE_EXAMPLES if c.name in (
+            "t256_m2_n8_k16_s4_g8_fp32par", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg")]
+    return [("default", None)] + [(cfg.name, cfg) for cfg in configs + wgmma + par]
 
 
 def group_size_of(cfg) -> int:

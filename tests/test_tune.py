@@ -118,6 +118,15 @@ def test_no_gpu_exits_2(capsys):
     assert "no GPU" in capsys.readouterr().err
 
 
+def test_parallel_reduction_candidates_only_on_request():
+    plain = tune.candidates(64, 8192, 8192, 128, 232448, wgmma=True)
+    both = tune.candidates(64, 8192, 8192, 128, 232448, wgmma=True, parallel_reduce=True)
+    assert not any(c.parallel_reduce for c in plain)
+    assert both[:len(plain)] == plain
+    assert both[len(plain):] == [c.with_(parallel_reduce=True) for c in plain]
+    assert all(not c.problems() for c in both)
+
+
 def test_wgmma_candidates_only_on_request():
     plain = tune.candidates(32, 8192, 8192, 128, 232448)
     wg = tune.candidates(32, 8192, 8192, 128, 232448, wgmma=True)
