@@ -937,8 +937,9 @@ struct Marlin {
   // its own and counts itself in at the column's counter (locks[top]); none waits. A CTA
   // shares at most two columns with others: the one its stripe starts in (slot 2b) and the one
   // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The last CTA to
-  // arrive adds all partials in the fixed order bottom, bottom - 1, ..., top, so the result is
-  // bitwise the same whatever the arrival order; it writes C and re-arms the counter. Against
+  // arrive adds all partials in the fixed order bottom, bottom - 1, ..., top (the serial
+  // chain's order, from +0), so the result is bitwise reproducible whatever the arrival order
+  // and has the serial chain's values; it writes C and re-arms the counter. Against
   // the serial chain below, no CTA waits on another, and the column costs one pass over its
   // partials instead of count - 1 hand-overs, each a store, a load and a lock round trip.
   static __device__ __forceinline__ int partial_slot(int cta, int top) {

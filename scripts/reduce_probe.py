@@ -6,7 +6,7 @@
 For every layer and M (use the buckets' own M: 8, 16, 32, 64, 128): the default dispatch, then
 the ``--top`` fastest configs that the shipped tuned table measured for that layer and M bucket
 (its ``measurements``), each run with the
-serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree exactly: they
+serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree in value: they
 add the same partials in the same order (a mismatch is recorded and counted). Timing is the
 tuner's method (``bench.harness.Timer``, weights rotated past the L2).
 """

@@ -165,7 +165,8 @@ def _skip_unless_runs(cfg, has_zp=False):
 
 class TestParallelReduction:
     """The parallel reduction adds the same partials in the same order as the serial one
-    (bottom CTA first), so the two agree exactly, whatever the arrival order."""
+    (bottom CTA first), so the two agree in value (the sum starts from +0: an exact zero may
+    differ in sign), whatever the arrival order."""
 
     @pytest.mark.parametrize("cfg", PARALLEL_REDUCE_EXAMPLES, ids=lambda c: c.name)
     def test_equals_serial_reduction(self, cfg):
