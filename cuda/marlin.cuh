@@ -461,7 +461,7 @@ struct Marlin {
     else return a_gl_off[i];
   }
   __device__ __forceinline__ int a_sh_at(int i) const {
-    if constexpr (A_AFFINE) return a_sh_off[0] + i * A_RS * (WGMMA ? 8 : A_ROW);
+    if constexpr (A_AFFINE) return a_sh_off[0] + i * A_RS * 8;  // A_AFFINE implies WGMMA
     else return a_sh_off[i];
   }
   __device__ __forceinline__ int a_row_at(int i) const {
@@ -1111,14 +1111,14 @@ struct Marlin {
   // Ring slots: wgmma reads shared memory after the instruction that issues it, until the wait
   // that completes it. Slot u - 1 is refilled after the barrier in unit u's last step; every
   // warpgroup has completed unit u - 1's groups before reaching it (its wait after step 0 of
-  // unit u does that; hence K_SUB >= 2), so the copy is issued after the barrier, with one unit
+  // unit u does that when K_SUB >= 2; with an odd K_SUB, 1 included, unit u - 1's closing
+  // drain already did), so the copy is issued after the barrier, with one unit
   // fewer in flight at the wait before it (hence STAGES >= 3). cp.async writes through the
   // generic proxy and wgmma reads through the async proxy: fence.proxy.async between the data's
   // arrival and the barrier. Each step's weights and scales are read from shared memory one
   // step ahead (regs[]), so their latency hides behind the previous step's dequantization.
   __device__ __forceinline__ void run_wgmma() {
     static_assert(STAGES >= 3, "the wgmma loop keeps STAGES - 2 units in flight at its waits");
-    static_assert(K_SUB >= 2, "the refill barrier must follow a wait inside the unit");
     FragC acc[4][SW];
     zero_frags<4 * SW>(&acc[0][0]);
     Cursor fetch = cursor_at(unit_start);

@@ -189,15 +189,12 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     import numpy as np
 
     from . import kernels, ops
-    from .bench.harness import Timer, bench_stream, rotation_copies
-    from .layout import pack
+    from .bench.harness import Timer, bench_stream, random_weight_rotation
     from .records import environment
-    from .weights import QuantizedWeight
 
     facts = ops.device_facts()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
-    l2 = int(dev.get("l2CacheSize", 50 << 20))
     rng = np.random.default_rng(0)
     wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
@@ -214,13 +211,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
         for (k, n) in shapes:
-            g = 1 if group_size == -1 else k // group_size
-            qw = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
-                                 rng.uniform(1e-3, 1e-2, (g, n)).astype(np.float16), None, None,
-                                 4, group_size)
-            host = pack(qw)
-            copies = rotation_copies(k * n // 2, l2, 8 << 30)
-            mws = [host.to_device() for _ in range(copies)]
+            mws = random_weight_rotation(k, n, group_size, rng)
+            copies = len(mws)
             for b in buckets:
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))

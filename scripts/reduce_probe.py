@@ -26,13 +26,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy import kernels, ops  # noqa: E402
-from marlin_cupy.bench.harness import Timer, bench_stream, rotation_copies  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
 from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
 from marlin_cupy.config import KernelConfig, m_bucket  # noqa: E402
-from marlin_cupy.layout import pack  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 from marlin_cupy.tune import shipped_path  # noqa: E402
-from marlin_cupy.weights import QuantizedWeight  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -46,8 +44,6 @@ def main(argv=None) -> int:
     ms = [int(v) for v in a.m.split(",")]
     facts = ops.device_facts()
     table = json.loads(shipped_path(facts["name"]).read_text())
-    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    l2 = int(dev.get("l2CacheSize", 50 << 20))
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
     plan = {}
     for (k, n) in shapes:
@@ -67,13 +63,8 @@ def main(argv=None) -> int:
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
         for (k, n) in shapes:
-            g = k // a.group_size
-            qw = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
-                                 rng.uniform(1e-3, 1e-2, (g, n)).astype(np.float16), None, None,
-                                 4, a.group_size)
-            copies = rotation_copies(k * n // 2, l2, 8 << 30)
-            host = pack(qw)
-            mws = [host.to_device() for _ in range(copies)]
+            mws = random_weight_rotation(k, n, a.group_size, rng)
+            copies = len(mws)
             for m in ms:
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                 for serial, par in plan[(k, n, m)]:

@@ -19,13 +19,11 @@ import cupy as cp
 import numpy as np
 
 from marlin_cupy import kernels, ops
-from marlin_cupy.bench.harness import Timer, bench_stream, relative_error, rotation_copies
+from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation, relative_error
 from marlin_cupy.bench.shapes import SHAPE_SETS
 from marlin_cupy.config import KernelConfig
-from marlin_cupy.layout import pack
 from marlin_cupy.records import environment
 from marlin_cupy.tune import candidates
-from marlin_cupy.weights import QuantizedWeight
 
 
 def main(argv=None) -> int:
@@ -40,8 +38,6 @@ def main(argv=None) -> int:
     ms = [int(v) for v in a.m.split(",")]
     extra = [KernelConfig.from_name(n) for n in filter(None, a.extra.split(","))]
     facts = ops.device_facts()
-    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    l2 = int(dev.get("l2CacheSize", 50 << 20))
     shapes = [tuple(s) for s in SHAPE_SETS[a.set]]
     plan = {}
     for (k, n) in shapes:
@@ -57,13 +53,8 @@ def main(argv=None) -> int:
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
         for (k, n) in shapes:
-            g = k // a.group_size
-            qw = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
-                                 rng.uniform(1e-3, 1e-2, (g, n)).astype(np.float16), None, None,
-                                 4, a.group_size)
-            copies = rotation_copies(k * n // 2, l2, 8 << 30)
-            host = pack(qw)
-            mws = [host.to_device() for _ in range(copies)]
+            mws = random_weight_rotation(k, n, a.group_size, rng)
+            copies = len(mws)
             for m in ms:
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                 ref = ops.matmul(x, mws[0])

@@ -228,3 +228,16 @@ def test_marlin_row_names_the_config_that_ran(k, n):
     p.prepare(layer, copies=1)
     for m in (1, 16, 48, 200):
         assert p.describe(m)["config"] == ops.plan(m, n, k, 128).config.name
+
+
+def test_random_weight_rotation_clears_the_l2():
+    """The tuner's and probes' weights: distinct device buffers, same contents, enough of
+    them that a round robin reads at least L2_FACTOR L2s between two reads of a byte."""
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    l2 = int(dev["l2CacheSize"])
+    k, n = 1024, 512
+    mws = harness.random_weight_rotation(k, n, 128, np.random.default_rng(0))
+    assert len(mws) == harness.rotation_copies(k * n // 2, l2, 8 << 30)
+    assert len(mws) * k * n // 2 >= harness.L2_FACTOR * l2
+    assert len({int(mw.qweight.data.ptr) for mw in mws}) == len(mws)
+    assert all(cp.array_equal(mw.qweight, mws[0].qweight) for mw in mws[1:])

@@ -65,18 +65,22 @@ def problem_for(cfg: KernelConfig, rng):
     return k, n, group
 
 
+def _skip_unless_runs(cfg, has_zp=False):
+    """Skip, saying why, when this device cannot run the instance."""
+    from marlin_cupy.ops import device_facts
+    if cfg.wgmma and device_facts()["cc"] != "90":
+        pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is sm_{device_facts()['cc']}")
+    limit = device_facts()["smem_optin"]
+    if cfg.smem_bytes(has_zp) > limit:
+        pytest.skip(f"{cfg.name} needs {cfg.smem_bytes(has_zp)} bytes of shared memory; "
+                    f"this device allows {limit}")
+
+
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
     @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA + PAR_EXTRA, ids=lambda c: c.name)
     def test_config(self, cfg, has_zp):
-        from marlin_cupy.ops import device_facts
-        if cfg.wgmma and device_facts()["cc"] != "90":
-            pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is "
-                        f"sm_{device_facts()['cc']}")
-        limit = device_facts()["smem_optin"]
-        if cfg.smem_bytes(has_zp) > limit:
-            pytest.skip(f"{cfg.name} needs {cfg.smem_bytes(has_zp)} bytes of shared memory; "
-                        f"this device allows {limit}")
+        _skip_unless_runs(cfg, has_zp)
         rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
         k, n, group = problem_for(cfg, rng)
         # Rows: a partial last block, and two slabs so the in-kernel slab loop runs; a swap_ab=1
@@ -153,14 +157,6 @@ class TestOddShapes:
         mw = mc.pack(make_weight(rng, 256, 128, 128)).to_device()
         y = mc.matmul(cp.zeros((0, 256), cp.float16), mw)
         assert y.shape == (0, 128)
-
-
-def _skip_unless_runs(cfg, has_zp=False):
-    from marlin_cupy.ops import device_facts
-    if cfg.wgmma and device_facts()["cc"] != "90":
-        pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is sm_{device_facts()['cc']}")
-    if cfg.smem_bytes(has_zp) > device_facts()["smem_optin"]:
-        pytest.skip(f"{cfg.name} needs more shared memory than this device allows")
 
 
 class TestParallelReduction:

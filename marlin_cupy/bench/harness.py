@@ -89,6 +89,22 @@ def rotation_copies(weight_bytes: int, l2_bytes: int, cap_bytes: int,
     return max(1, min(wanted, cap_bytes // weight_bytes))
 
 
+def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int = 8 << 30) -> list:
+    """Random 4-bit weights [K, N] (scales uniform in [1e-3, 1e-2)) packed once and copied to
+    the device ``rotation_copies`` times, on the current device's L2 size: what the tuner and
+    the probe scripts time a kernel on (call it with ``mws[i]`` for ``i`` in the rotation)."""
+    import cupy as cp
+    from ..layout import pack
+    from ..weights import QuantizedWeight
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    l2 = int(dev.get("l2CacheSize", 50 << 20))
+    groups = 1 if group_size == -1 else k // group_size
+    host = pack(QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
+                                rng.uniform(1e-3, 1e-2, (groups, n)).astype(np.float16),
+                                None, None, 4, group_size))
+    return [host.to_device() for _ in range(rotation_copies(k * n // 2, l2, cap_bytes))]
+
+
 def reuse_bytes(copies: int, weight_bytes: int) -> int:
     """Weight bytes read between two reads of the same weight byte, rotating over ``copies``."""
     return copies * weight_bytes
