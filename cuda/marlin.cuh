@@ -24,15 +24,6 @@
 #define MARLIN_PROBE 0
 #endif
 
-// How the ring of shared-memory stages is handed between copies and reads (benchmarks/NOTES.md,
-// entry 14). 1: per-slot mbarriers: a slot is read once every thread's copies into it have
-// landed (cp.async.mbarrier.arrive), and refilled once every warp has released it, so warps
-// drift apart by up to a unit instead of meeting at a CTA-wide barrier every unit.
-// 0: the earlier scheme, cp.async groups and one __syncthreads per unit (kept for A/B runs).
-#ifndef MARLIN_MBAR_RING
-#define MARLIN_MBAR_RING 1
-#endif
-
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -88,43 +79,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
-// ---- mbarriers (PTX ISA s.9.7.13.15), 8 bytes of shared memory each. Arrive has release and
-// the waits acquire semantics at CTA scope, so the data handed over is visible after the wait.
-__device__ __forceinline__ void mbar_init(void* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(void* bar) {
-  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n"
-               ::"r"(smem_addr(bar)) : "memory");
-}
-
-// One arrival on `bar` once every cp.async this thread issued so far has completed. .noinc:
-// the arrival counts against the barrier's expected count (one per thread and phase).
-__device__ __forceinline__ void cp_async_mbar_arrive(void* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
-               : "memory");
-}
-
-// Wait until the phase of parity `parity` has completed (the barrier has moved past it).
-__device__ __forceinline__ void mbar_wait(void* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-#else
-    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-#endif
-  } while (!done);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(FragA& a, const void* smem) {
@@ -408,10 +362,7 @@ struct Marlin {
   static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
   static constexpr int RED_WARP = (WM * 8 > 4 * SW ? WM * 8 : 4 * SW) * 32;  // float4 per warp
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
-  // Two mbarriers (8 bytes each) per ring slot: "full" and "empty"; reserved in either ring mode.
-  static constexpr int BARS = STAGES;
-  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS;
-  static constexpr bool MBAR = MARLIN_MBAR_RING != 0;
+  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
 
   static_assert(THREADS == 128 || THREADS == 256 || THREADS == 512, "THREADS must be 128, 256 or 512");
   static_assert(M_BLOCKS >= 1 && M_BLOCKS <= 4, "M_BLOCKS must be 1..4");
@@ -445,9 +396,6 @@ struct Marlin {
   int4* sh_s;
   int4* sh_z;
   float4* sh_red;
-  unsigned long long* bar_full;   // [STAGES], THREADS arrivals: every copy into the slot landed
-  unsigned long long* bar_empty;  // [STAGES], WARPS arrivals: every warp is done reading it
-  uint32_t full_parity = 0, empty_parity = 0;  // bit s: parity of slot s's next wait
   int tid, lane, warp, nw, mw, kw;
 
   // ---- where the stream of units stands, advanced one unit at a time so that the main loop
@@ -599,46 +547,6 @@ struct Marlin {
     if (c.unit < unit_end) fetch_to_shared(c, stage);
     cp_async_commit();
     advance(c);
-  }
-
-  // ---- the mbarrier ring (MBAR). Fill j of slot s (units unit_start + s + j * STAGES) is
-  // complete at phase j of bar_full[s] and released at phase j of bar_empty[s]. A thread
-  // arrives on bar_full[s] for fill j only after bar_empty[s] passed phase j - 1, which needs
-  // every warp to have waited for phase j - 1 of bar_full[s]: arrivals of two fills never
-  // mix, and no barrier runs more than one phase ahead of a waiter, as parity waits require.
-  // Units past unit_end are neither copied nor announced; nobody waits for them.
-  __device__ __forceinline__ void ring_init() {
-    if (tid == 0) {
-      for (int s = 0; s < STAGES; s++) {
-        mbar_init(bar_full + s, THREADS);
-        mbar_init(bar_empty + s, WARPS);
-      }
-    }
-  }
-
-  __device__ __forceinline__ void ring_fill(Cursor& c, int stage) {
-    if (c.unit < unit_end) {
-      if (c.unit - unit_start >= STAGES) {   // not the slot's first fill
-        mbar_wait(bar_empty + stage, (empty_parity >> stage) & 1u);
-        empty_parity ^= 1u << stage;
-      }
-      fetch_to_shared(c, stage);
-      cp_async_mbar_arrive(bar_full + stage);
-    }
-    advance(c);
-  }
-
-  __device__ __forceinline__ void ring_wait_full(int stage) {
-    mbar_wait(bar_full + stage, (full_parity >> stage) & 1u);
-    full_parity ^= 1u << stage;
-    // wgmma reads the slot through the async proxy (see fence_proxy_async_shared).
-    if constexpr (WGMMA) fence_proxy_async_shared();
-  }
-
-  // This warp is done with the slot: its reads have completed (the arrive orders them first).
-  __device__ __forceinline__ void ring_release(int stage) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar_empty + stage);
   }
 
   // ---- fetch to registers: one k16 step of one stage
@@ -1124,14 +1032,6 @@ struct Marlin {
   // Prologue of both main loops: STAGES - 1 units in flight, the first one landed and visible
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
-    if constexpr (MBAR) {
-      ring_init();
-      __syncthreads();   // the barriers are initialised before anyone arrives on them
-#pragma unroll
-      for (int i = 0; i < STAGES - 1; i++) ring_fill(fetch, i);
-      ring_wait_full(0);
-      return;
-    }
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
     cp_async_wait<STAGES - 2>();
@@ -1162,17 +1062,7 @@ struct Marlin {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
-        if (sub == K_SUB - 1 && MBAR) {
-          // This warp's reads of the unit's slot are done (the last one in step K_SUB - 2, or
-          // in the previous unit when K_SUB == 1). Every warp released the slot before this
-          // one a unit ago; it takes unit + STAGES - 1. Then the next unit is awaited.
-          ring_release(stage);
-          ring_fill(fetch, refill);
-          if (unit + 1 < unit_end) {
-            ring_wait_full(next);
-            if (MARLIN_PROBE != 1) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
-          }
-        } else if (sub == K_SUB - 1) {
+        if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
           fetch_or_skip(fetch, refill);
@@ -1209,7 +1099,7 @@ struct Marlin {
       refill = stage;
       stage = next;
     }
-    cp_async_wait_all();
+    cp_async_wait<0>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -1244,11 +1134,7 @@ struct Marlin {
       const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
-        if (sub == K_SUB - 1 && MBAR) {
-          // Unit unit + 1 lands (its slot is refilled after this step's wait, below).
-          if (unit + 1 < unit_end) ring_wait_full(next);
-          if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
-        } else if (sub == K_SUB - 1) {
+        if (sub == K_SUB - 1) {
           // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
           cp_async_wait<STAGES - 3>();
           fence_proxy_async_shared();
@@ -1262,13 +1148,6 @@ struct Marlin {
         dequant_wgmma(regs[sub % 2], wa[sub % 2]);
         issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
         wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
-        if constexpr (MBAR) {
-          // Only this step's group may still be in flight: unit - 1's groups have all
-          // completed, so its slot is released; every warp has released it by the time the
-          // last step refills it with unit + STAGES - 1.
-          if (sub == 0 && unit > unit_start) ring_release(refill);
-          if (sub == K_SUB - 1) ring_fill(fetch, refill);
-        }
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
       if constexpr (K_SUB % 2 == 1) {
@@ -1290,7 +1169,7 @@ struct Marlin {
       stage = next;
     }
     wgmma_wait<0>();
-    cp_async_wait_all();
+    cp_async_wait<0>();
   }
 };
 
@@ -1326,8 +1205,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.sh_s = k.sh_b + STAGES * K::B_STAGE;
   k.sh_z = k.sh_s + STAGES * K::S_STAGE;
   k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
-  k.bar_full = reinterpret_cast<unsigned long long*>(k.sh_red + K::RED);
-  k.bar_empty = k.bar_full + STAGES;
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
   // wgmma: broadcast from lane 0 so the compiler knows the warp index is warp-uniform; the

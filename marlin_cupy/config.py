@@ -137,8 +137,7 @@ class KernelConfig:
         z = groups * (nb // 2) if has_zp else 0
         frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
-        bars = self.stages  # two 8-byte mbarriers per ring slot
-        return 16 * (self.stages * (a + b + s + z) + red + bars)
+        return 16 * (self.stages * (a + b + s + z) + red)
 
     def problems(self) -> list:
         """Every violated constraint, as sentences (empty when the config is valid)."""
