@@ -316,7 +316,10 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
         from .tune import lookup
         tuned = lookup(device_name, m, n, k, group_size)
         if tuned is not None:
-            tuned = tuned.with_(thread_m_blocks=mb)
+            # An unswapped tile takes as many 16-row blocks as M needs; a swapped one (wgmma
+            # included) has its row blocks fixed by the swap and serves any M up to max_m.
+            if tuned.swap_ab == 0:
+                tuned = tuned.with_(thread_m_blocks=mb)
             if not tuned.problems() and n % tuned.tile_n == 0 and k % tuned.tile_k == 0 \
                     and tuned.smem_bytes(has_zp) <= smem_limit \
                     and (tuned.max_m is None or m <= tuned.max_m):

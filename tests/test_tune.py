@@ -133,3 +133,34 @@ def test_wgmma_candidates_only_on_request():
     assert not any(c.wgmma for c in plain)
     extra = [c for c in wg if c.wgmma]
     assert extra and all(c.swap_ab == 4 and c.tile_m == 32 and not c.problems() for c in extra)
+
+
+def _bucket_range(bucket: int) -> range:
+    """The M values whose bucket is ``bucket``."""
+    i = M_BUCKETS.index(bucket)
+    lo = 1 if i == 0 else M_BUCKETS[i - 1] + 1
+    return range(lo, min(bucket, 1024) + 1)
+
+
+def test_every_shipped_entry_is_dispatched_at_every_m_of_its_bucket(monkeypatch, tmp_path):
+    """The tuner measured an entry at one M of its bucket; the dispatcher must choose it (with
+    as many 16-row blocks as M needs, for unswapped tiles) at every M of the bucket. A wgmma
+    entry's row blocks are fixed by its operand swap, and once a 48-row M fell back to the
+    heuristic (1.4-1.8x slower) because they were overwritten."""
+    monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))   # the shipped table, no user cache
+    tune.load_table.cache_clear()
+    table = json.loads(tune.shipped_path("NVIDIA H200").read_text())
+    try:
+        for e in table["entries"]:
+            want = KernelConfig.from_name(e["config"])
+            ms = _bucket_range(e["m_bucket"])
+            for m in sorted({*ms[::7], ms[-1], e["m"]}):
+                got = choose_config(m, e["n"], e["k"], e["group_size"],
+                                    device_name="NVIDIA H200")
+                if want.swap_ab == 0:
+                    want_m = want.with_(thread_m_blocks=min(4, -(-m // 16)))
+                else:
+                    want_m = want
+                assert got == want_m, (e, m, got.name)
+    finally:
+        tune.load_table.cache_clear()
