@@ -1,0 +1,141 @@
+"""A/B of a compile-time switch of cuda/marlin.cuh on real layers (needs a GPU).
+
+    python3 scripts/ab_probe.py OUT.json --define NAME=VALUE [--only-par]
+                                [--sets llama2-7b,llama2-13b,llama2-70b]
+                                [--m 1,8,16,32,48,64,128,256] [--top 0]
+
+For every layer and M: the default dispatch's config (and the ``--top`` fastest others that
+the shipped table measured for that layer and M bucket; ``--only-par`` keeps the
+parallel-reduction ones), built twice from the same source: "A" with ``#define NAME VALUE``
+in front (the variant under test, or the old code path kept behind a macro), "B" as shipped.
+A switch that only reorders work without changing any sum must leave the outputs bitwise
+equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
+(``bench.harness.Timer``, weights rotated past the L2). Exploration tool for
+benchmarks/NOTES.md (entry 14 used it as ring_probe.py, for ``MARLIN_MBAR_RING=0``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from marlin_cupy import jit, kernels, ops  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
+from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
+from marlin_cupy.config import KernelConfig, m_bucket  # noqa: E402
+from marlin_cupy.records import environment  # noqa: E402
+from marlin_cupy.tune import shipped_path  # noqa: E402
+
+def old_kernel(cfg: KernelConfig, prefix: str):
+    src = prefix + kernels.marlin_source(cfg, False)
+    ker = jit.load_module(src, arch_suffix=cfg.arch_suffix).get_function(
+        kernels.marlin_entry(cfg, False))
+    ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
+    return ker
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--define", required=True, help="NAME=VALUE for the A build")
+    p.add_argument("--only-par", action="store_true")
+    p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
+    p.add_argument("--m", default="1,8,16,32,48,64,128,256")
+    p.add_argument("--top", type=int, default=0)
+    p.add_argument("--group-size", type=int, default=128)
+    a = p.parse_args(argv)
+    ms = [int(v) for v in a.m.split(",")]
+    name, _, value = a.define.partition("=")
+    prefix = f"#define {name} {value}\n"
+    facts = ops.device_facts()
+    table = json.loads(shipped_path(facts["name"]).read_text())
+    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
+    plan = {}
+    for (k, n) in shapes:
+        for m in ms:
+            meas = sorted((r for r in table["measurements"]
+                           if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
+                          key=lambda r: r["median_us"])
+            base = ops.plan(m, n, k, a.group_size).config
+            cfgs = list(dict.fromkeys(
+                [base] + [KernelConfig.from_name(r["config"]) for r in meas[:a.top]]))
+            plan[(k, n, m)] = [c for c in cfgs if not (n % c.tile_n or k % c.tile_k)
+                               and (c.max_m is None or m <= c.max_m)
+                               and (c.parallel_reduce or not a.only_par)]
+    cfgs = {c for cs in plan.values() for c in cs}
+    jit.warm_cache([(kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
+                   + [(prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs],
+                   os.cpu_count() or 4)
+    dev = cp.cuda.Device().id
+    new_kernels = {c: ops._kernel(c, False) for c in cfgs}
+    old_kernels = {c: old_kernel(c, prefix) for c in cfgs}
+
+    def use(cfg, which):
+        ops._kernels[(dev, cfg, False)] = which[cfg]
+
+    rng = np.random.default_rng(0)
+    rows, mismatches = [], 0
+    with bench_stream() as stream:
+        timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
+        for (k, n) in shapes:
+            mws = random_weight_rotation(k, n, a.group_size, rng)
+            copies = len(mws)
+            for m in ms:
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for cfg in plan[(k, n, m)]:
+                    row = {"k": k, "n": n, "m": m, "config": cfg.name}
+                    try:
+                        use(cfg, old_kernels)
+                        y_old = ops.matmul(x, mws[0], config=cfg)
+                        t_old = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
+                                              copies).stats.median_us
+                        use(cfg, new_kernels)
+                        y_new = ops.matmul(x, mws[0], config=cfg)
+                        t_new = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
+                                              copies).stats.median_us
+                        same = bool(cp.all(y_old == y_new))
+                    except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                        rows.append(dict(row, error=repr(e)))
+                        print(f"{k}x{n} m={m} {cfg.name}: ERROR {e!r}", flush=True)
+                        mismatches += 1
+                        continue
+                    mismatches += not same
+                    rows.append(dict(row, a_us=t_old, b_us=t_new, equal=same,
+                                     dispatch=cfg == ops.plan(m, n, k, a.group_size).config))
+                    print(f"{k}x{n} m={m} {cfg.name}: A {t_old:.1f} us, B "
+                          f"{t_new:.1f} us ({t_old / t_new - 1:+.1%}){'' if same else '  MISMATCH'}",
+                          flush=True)
+            del mws
+            cp.get_default_memory_pool().free_all_blocks()
+    summ = {}
+    for r in rows:
+        if "error" in r or not r["dispatch"]:
+            continue
+        s = summ.setdefault(r["m"], [0.0, 0.0])
+        s[0] += r["a_us"]
+        s[1] += r["b_us"]
+    for m, (b, nb) in sorted(summ.items()):
+        print(f"M={m}: dispatched configs summed, A {b:.1f} us, B {nb:.1f} us "
+              f"({b / nb - 1:+.1%})")
+    with open(a.out, "w") as f:
+        json.dump({"kind": "ab_probe", "define": a.define, "sets": a.sets,
+                   "environment": environment(),
+                   "table_commit": table.get("git_commit"), "mismatches": mismatches,
+                   "summed_dispatch": {str(m): {"a_us": b, "b_us": nb}
+                                       for m, (b, nb) in sorted(summ.items())},
+                   "rows": rows}, f, indent=1)
+    print(f"ab_probe: {len(rows)} rows, {mismatches} mismatches or errors")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
