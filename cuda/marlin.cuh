@@ -24,16 +24,6 @@
 #define MARLIN_PROBE 0
 #endif
 
-// How the last CTA of a split column sums the partials (PAR_REDUCE; benchmarks/NOTES.md entry
-// 17). 1: the loads of several partials are in flight before their adds. 0: one partial at a
-// time, a memory round trip per CTA of the column (kept for A/B runs; same sums, same order).
-#ifndef MARLIN_PAR_SUM_AHEAD
-#define MARLIN_PAR_SUM_AHEAD 1
-#endif
-#ifndef MARLIN_PAR_INFLIGHT
-#define MARLIN_PAR_INFLIGHT 8
-#endif
-
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -956,48 +946,6 @@ struct Marlin {
     return 2 * cta + (cta == top ? 1 : 0);
   }
 
-  // The last arriver's sum: frags = partial(bottom) + ... + partial(top), added from +0 in that
-  // order for every element (the serial chain's order). With PAR_SUM_AHEAD, the loads of CB
-  // partials (PAR_INFLIGHT float4 per lane) are issued before their adds; one partial at a time,
-  // each add waited for its loads, a memory round trip per CTA of the column at the kernel's
-  // very end (NOTES.md entry 17). A partial of more fragments already fills the budget alone.
-  static constexpr int PAR_INFLIGHT = MARLIN_PAR_INFLIGHT;
-  template <int NF>
-  __device__ __forceinline__ void sum_partials(FragC* frags, int top, int bottom) {
-    constexpr int CB = NF >= PAR_INFLIGHT ? 1 : PAR_INFLIGHT / NF;
-    if constexpr (CB == 1) {
-      zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-    } else {
-      constexpr size_t SLOT = TILE_M * TILE_N / 4;
-      const float4* base = scratch + (mw * N_WARPS + nw) * RED_WARP + lane;
-      zero_frags<NF>(frags);
-      for (int c0 = bottom; c0 >= top; c0 -= CB) {
-        float4 v[CB][NF];
-#pragma unroll
-        for (int c = 0; c < CB; c++) {
-          if (c0 - c >= top) {
-            const float4* src = base + partial_slot(c0 - c, top) * SLOT;
-#pragma unroll
-            for (int f = 0; f < NF; f++) v[c][f] = __ldcg(src + f * 32);
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < CB; c++) {
-          if (c0 - c >= top) {
-#pragma unroll
-            for (int f = 0; f < NF; f++) {
-              frags[f][0] += v[c][f].x;
-              frags[f][1] += v[c][f].y;
-              frags[f][2] += v[c][f].z;
-              frags[f][3] += v[c][f].w;
-            }
-          }
-        }
-      }
-    }
-  }
-
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
                                                       int bottom) {
@@ -1011,12 +959,8 @@ struct Marlin {
     // Every other CTA of the column has published its partial (fence, then the atomic).
     if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     if (kw == 0) {
-      if constexpr (MARLIN_PAR_SUM_AHEAD) {
-        sum_partials<NF>(frags, top, bottom);
-      } else {
-        zero_frags<NF>(frags);
-        for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-      }
+      zero_frags<NF>(frags);
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }

@@ -11,7 +11,9 @@ in front (the variant under test, or the old code path kept behind a macro), "B"
 A switch that only reorders work without changing any sum must leave the outputs bitwise
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
 (``bench.harness.Timer``, weights rotated past the L2). Exploration tool for
-benchmarks/NOTES.md (entry 14 used it as ring_probe.py, for ``MARLIN_MBAR_RING=0``).
+benchmarks/NOTES.md: entry 14 used it as ring_probe.py (``MARLIN_MBAR_RING=0``, 888a31a), entry
+17 for ``MARLIN_PAR_SUM_AHEAD=0`` and ``MARLIN_PAR_INFLIGHT=16`` (1c9f832). Both switches were
+reverted with their null results; the next one goes behind a macro the same way.
 """
 from __future__ import annotations
 
