@@ -20,6 +20,8 @@
 //   1  stream only: fetch to shared and synchronise as usual, no shared->register reads, no math
 //   2  no dequantization: the MMAs run on the raw weight words
 //   3  no MMA: dequantize and scale, then discard the fragments
+//   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
+//      past the locks the launch uses, at locks[gridDim.x + 8 * blockIdx.x ...]
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -397,6 +399,37 @@ struct Marlin {
   int4* sh_z;
   float4* sh_red;
   int tid, lane, warp, nw, mw, kw;
+
+  // MARLIN_PROBE 4: when this CTA reached 0 kernel entry, 1 its first unit landed, 2 its last
+  // column's epilogue, 3 its exit (%globaltimer_lo in ns, and clock64 for the intervals).
+  // (The members exist only in that build, so every other build's code is untouched.)
+#if MARLIN_PROBE == 4
+  unsigned stamp_g[4] = {0, 0, 0, 0};
+  long long stamp_c[4] = {0, 0, 0, 0};
+#endif
+  __device__ __forceinline__ void stamp(int i) {
+#if MARLIN_PROBE == 4
+    unsigned g;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
+    stamp_g[i] = g;
+    stamp_c[i] = clock64();
+#endif
+  }
+  __device__ __forceinline__ void write_stamps() {
+#if MARLIN_PROBE == 4
+    {
+      if (threadIdx.x == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        int* d = locks + gridDim.x + 8 * blockIdx.x;
+        for (int i = 0; i < 4; i++) d[i] = static_cast<int>(stamp_g[i]);
+        for (int i = 1; i < 4; i++)
+          d[3 + i] = stamp_g[i] ? static_cast<int>(stamp_c[i] - stamp_c[0]) : 0;
+        d[7] = static_cast<int>(smid);
+      }
+    }
+#endif
+  }
 
   // ---- where the stream of units stands, advanced one unit at a time so that the main loop
   // needs no integer division (divisions and address recomputation once doubled the
@@ -1053,6 +1086,7 @@ struct Marlin {
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
+    stamp(1);
     Regs regs[2];
     if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
@@ -1091,6 +1125,7 @@ struct Marlin {
         regs[0] = regs[1];
       }
       if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
+        if (unit == unit_end - 1) stamp(2);
         if constexpr (SWAP > 0) finish_column(acc_t, compute);
         else finish_column(acc, compute);
         zero_acc();
@@ -1124,6 +1159,7 @@ struct Marlin {
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
+    stamp(1);
     FragA wa[2][4] = {};
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
@@ -1160,6 +1196,7 @@ struct Marlin {
         // across the epilogue.
 #pragma unroll
         for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
+        if (unit == unit_end - 1) stamp(2);
         finish_column(acc, compute);
         zero_frags<4 * SW>(&acc[0][0]);
         if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
@@ -1190,6 +1227,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   if (WGMMA && (smem_addr(smem) & 1023u) != 0) __trap();
 
   K k;
+  k.stamp(0);
   k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;
   k.prob_m = prob_m; k.prob_n = prob_n; k.prob_k = prob_k; k.parallel = parallel;
   k.k_tiles = prob_k / K::TILE_K;
@@ -1198,7 +1236,10 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.iters = (units + gridDim.x - 1) / gridDim.x;
   k.unit_start = blockIdx.x * k.iters;
   k.unit_end = min(k.unit_start + k.iters, units);
-  if (k.unit_start >= units) return;  // more CTAs than units: this one has nothing to do
+  if (k.unit_start >= units) {  // more CTAs than units: this one has nothing to do
+    k.write_stamps();
+    return;
+  }
 
   k.sh_a = smem;
   k.sh_b = k.sh_a + STAGES * K::A_STAGE;
@@ -1219,6 +1260,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.init_read_offsets();
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
   else k.run();
+  k.stamp(3);
+  k.write_stamps();
 }
 
 }  // namespace mc

@@ -1,0 +1,131 @@
+"""Where a launch's time goes, CTA by CTA: the MARLIN_PROBE 4 build of the dispatched config
+records when each CTA started, had its first unit, began its last column's epilogue and
+exited (needs a GPU).
+
+    python3 scripts/timeline_probe.py OUT.json [--m 1,16,64] [--sets llama2-7b,llama2-70b]
+                                      [--launches 7]
+
+For every layer and M: the median CUDA-event time of the real kernel (the tuner's method,
+weights rotated past the L2), then ``--launches`` single launches of the probe build, each
+queued behind a spin kernel like a timed call, whose per-CTA timestamps are read back. Per
+launch, in ns (``%globaltimer``; the median over launches is kept):
+
+- ``start_skew``: the last CTA's start after the first's;
+- ``prologue``: kernel entry to the first unit landed (median over CTAs; also the max);
+- ``stream``: first unit landed to the last column's epilogue (median, max);
+- ``epilogue``: the last column's epilogue (its cross-CTA reduction included) to exit
+  (median, max);
+- ``span``: first CTA start to last CTA exit, against ``event_us`` of the same launch: the
+  difference is launch and teardown outside any CTA.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from marlin_cupy import jit, kernels, ops  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
+from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
+from marlin_cupy.records import environment  # noqa: E402
+
+PROBE = "#define MARLIN_PROBE 4\n"
+
+
+def probe_kernel(cfg):
+    src = PROBE + kernels.marlin_source(cfg, False)
+    ker = jit.load_module(src, arch_suffix=cfg.arch_suffix).get_function(
+        kernels.marlin_entry(cfg, False))
+    ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
+    return ker
+
+
+def summarize(stamps: np.ndarray, event_us: float) -> dict:
+    """``stamps``: int32 [grid, 8] as written by write_stamps (g0..g3, c1..c3, smid)."""
+    g = stamps[:, :4].astype(np.int64) & 0xFFFFFFFF
+    busy = stamps[:, 1] != 0
+    g0 = g[:, 0]
+    base = g0.min()
+    rel = (g - base) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
+    b = rel[busy]
+    med = lambda a: float(np.median(a))   # noqa: E731
+    return {"ctas": int(len(g)), "busy_ctas": int(busy.sum()),
+            "start_skew": float(rel[:, 0].max()),
+            "prologue": med(b[:, 1] - b[:, 0]), "prologue_max": float((b[:, 1] - b[:, 0]).max()),
+            "stream": med(b[:, 2] - b[:, 1]), "stream_max": float((b[:, 2] - b[:, 1]).max()),
+            "epilogue": med(b[:, 3] - b[:, 2]), "epilogue_max": float((b[:, 3] - b[:, 2]).max()),
+            "last_epilogue_start": float(b[:, 2].max()),
+            "span": float(b[:, 3].max()), "event_us": event_us}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--sets", default="llama2-7b,llama2-70b")
+    p.add_argument("--m", default="1,16,64")
+    p.add_argument("--launches", type=int, default=7)
+    p.add_argument("--group-size", type=int, default=128)
+    a = p.parse_args(argv)
+    ms = [int(v) for v in a.m.split(",")]
+    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
+    cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
+    jit.warm_cache([(PROBE + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
+    dev = cp.cuda.Device().id
+    rng = np.random.default_rng(0)
+    rows = []
+    with bench_stream() as stream:
+        timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
+        ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+        for (k, n) in shapes:
+            mws = random_weight_rotation(k, n, a.group_size, rng)
+            copies = len(mws)
+            for m in ms:
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                plan = ops.plan(m, n, k, a.group_size)
+                cfg = plan.config
+                t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
+                real = ops._kernels[(dev, cfg, False)]
+                ops._kernels[(dev, cfg, False)] = probe_kernel(cfg)
+                try:
+                    locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
+                    per = []
+                    for i in range(a.launches):
+                        locks[plan.grid:].fill(0)
+                        timer.spin(200.0)
+                        ev0.record(stream)
+                        ops.matmul(x, mws[i % copies])
+                        ev1.record(stream)
+                        ev1.synchronize()
+                        st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
+                        per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
+                finally:
+                    ops._kernels[(dev, cfg, False)] = real
+                row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
+                       "real_median_us": t_real}
+                for key in per[0]:
+                    row[key] = float(np.median([q[key] for q in per]))
+                rows.append(row)
+                print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event {row['event_us']:.1f}"
+                      f" us, span {row['span'] / 1e3:.1f}, start skew {row['start_skew'] / 1e3:.2f},"
+                      f" prologue {row['prologue'] / 1e3:.2f} (max {row['prologue_max'] / 1e3:.2f}),"
+                      f" stream {row['stream'] / 1e3:.1f} (max {row['stream_max'] / 1e3:.1f}),"
+                      f" epilogue {row['epilogue'] / 1e3:.2f} (max {row['epilogue_max'] / 1e3:.2f})",
+                      flush=True)
+            del mws
+            cp.get_default_memory_pool().free_all_blocks()
+    with open(a.out, "w") as f:
+        json.dump({"kind": "timeline_probe", "environment": environment(), "rows": rows}, f,
+                  indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
