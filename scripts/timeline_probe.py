@@ -94,6 +94,7 @@ def main(argv=None) -> int:
                 t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
                 real = ops._kernels[(dev, cfg, False)]
                 ops._kernels[(dev, cfg, False)] = probe_kernel(cfg)
+                ops._plan.cache_clear()     # plans hold their kernel
                 try:
                     locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
                     per = []
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
                         per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
                 finally:
                     ops._kernels[(dev, cfg, False)] = real
+                    ops._plan.cache_clear()
                 row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
                        "real_median_us": t_real}
                 for key in per[0]:
