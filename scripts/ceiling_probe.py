@@ -42,8 +42,13 @@ extern "C" __global__ void spin(long long ns) {
 
 
 def main():
-    out_path = sys.argv[1]
-    ms = [int(a) for a in sys.argv[2:]] or [1, 16]
+    import argparse
+    p = argparse.ArgumentParser(description="The kernel next to its MARLIN_PROBE measurement "
+                                "builds and a plain read of the same bytes (needs a GPU).")
+    p.add_argument("out", help="output JSON")
+    p.add_argument("m", nargs="*", type=int, default=[1, 16], help="batch sizes (default 1 16)")
+    a = p.parse_args()
+    out_path, ms = a.out, a.m
     rng = np.random.default_rng(0)
     mod = cp.RawModule(code=READ_SRC)
     read_stream, spin = mod.get_function("read_stream"), mod.get_function("spin")

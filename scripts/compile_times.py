@@ -92,4 +92,11 @@ def main(out_path, device_name=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    import argparse
+    parser = argparse.ArgumentParser(description="Cold compile and warm start times of the "
+                                     "default configurations.")
+    parser.add_argument("out", help="output JSON")
+    parser.add_argument("device_name", nargs="?", default=None,
+                        help='whose dispatch to compile without a GPU, e.g. "NVIDIA H200"')
+    args = parser.parse_args()
+    main(args.out, args.device_name)

@@ -342,6 +342,9 @@ def markdown(rec: dict) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(argv) != 1 or argv[0].startswith("-"):
         print(__doc__)
         return 2

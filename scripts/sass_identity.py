@@ -46,10 +46,12 @@ def sass_digest(source: str, arch: str, work: Path) -> str:
 
 
 def main(argv) -> int:
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    rev, specs = argv[0], argv[1:]
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("rev", help="the commit to compare with")
+    p.add_argument("specs", nargs="+", metavar="CONFIG[@ARCH]")
+    a = p.parse_args(argv)
+    rev, specs = a.rev, a.specs
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
         old.mkdir()

@@ -85,9 +85,10 @@ def classify(lines: list) -> dict:
 
 
 def main(argv) -> int:
-    if not argv:
-        print(__doc__, file=sys.stderr)
-        return 2
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("configs", nargs="+", help="config names (wgmma instances)")
+    argv = p.parse_args(argv).configs
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in argv:

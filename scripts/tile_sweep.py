@@ -9,10 +9,14 @@ import numpy as np
 import cupy as cp
 import marlin_cupy as mc
 from marlin_cupy.config import KernelConfig, choose_config
-import torch
 
 def main():
-    out_path = sys.argv[1]
+    import argparse
+    p = argparse.ArgumentParser(description="Tile sweep on a GPU (exploration; superseded by "
+                                "python -m marlin_cupy.tune).")
+    p.add_argument("out", help="output JSON")
+    out_path = p.parse_args().out
+    import torch  # only on the GPU machine
     rng = np.random.default_rng(0)
     spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long ns) {
       long long t0, t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
