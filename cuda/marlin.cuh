@@ -21,7 +21,7 @@
 //   2  no dequantization: the MMAs run on the raw weight words
 //   3  no MMA: dequantize and scale, then discard the fragments
 //   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
-//      past the locks the launch uses, at locks[gridDim.x + 8 * blockIdx.x ...]
+//      past the locks the launch uses, at locks[gridDim.x + 8 * blockIdx.x ...] (see stamp())
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -400,33 +400,43 @@ struct Marlin {
   float4* sh_red;
   int tid, lane, warp, nw, mw, kw;
 
-  // MARLIN_PROBE 4: when this CTA reached 0 kernel entry, 1 its first unit landed, 2 its last
-  // column's epilogue, 3 its exit (%globaltimer_lo in ns, and clock64 for the intervals).
-  // (The members exist only in that build, so every other build's code is untouched.)
+  // MARLIN_PROBE 4: when this CTA reached each point of its timeline (%globaltimer_lo, ns):
+  //   0 kernel entry           1 setup done, prologue copies start   2 prologue copies issued
+  //   3 first unit landed      4 last column's epilogue begins       5 its in-CTA reduction done
+  //   6 exit
+  // written as locks[gridDim.x + 8 * blockIdx.x + i], the SM id at + 7. (The members exist only
+  // in that build, so every other build's code is untouched.)
 #if MARLIN_PROBE == 4
-  unsigned stamp_g[4] = {0, 0, 0, 0};
-  long long stamp_c[4] = {0, 0, 0, 0};
+  bool stamp_last = false;
 #endif
+  // Thread 0 stores each point as it passes it: nothing is held in registers.
   __device__ __forceinline__ void stamp(int i) {
 #if MARLIN_PROBE == 4
-    unsigned g;
-    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
-    stamp_g[i] = g;
-    stamp_c[i] = clock64();
+    if (threadIdx.x == 0) {
+      unsigned g;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
+      locks[gridDim.x + 8 * blockIdx.x + i] = static_cast<int>(g);
+    }
 #endif
   }
-  __device__ __forceinline__ void write_stamps() {
+  // Point 4, and from then on point 5 is the one after the in-CTA reduction.
+  __device__ __forceinline__ void stamp_last_column() {
 #if MARLIN_PROBE == 4
-    {
-      if (threadIdx.x == 0) {
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        int* d = locks + gridDim.x + 8 * blockIdx.x;
-        for (int i = 0; i < 4; i++) d[i] = static_cast<int>(stamp_g[i]);
-        for (int i = 1; i < 4; i++)
-          d[3 + i] = stamp_g[i] ? static_cast<int>(stamp_c[i] - stamp_c[0]) : 0;
-        d[7] = static_cast<int>(smid);
-      }
+    stamp(4);
+    stamp_last = true;
+#endif
+  }
+  __device__ __forceinline__ void stamp_reduced() {
+#if MARLIN_PROBE == 4
+    if (stamp_last) stamp(5);
+#endif
+  }
+  __device__ __forceinline__ void stamp_smid() {
+#if MARLIN_PROBE == 4
+    if (threadIdx.x == 0) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      locks[gridDim.x + 8 * blockIdx.x + 7] = static_cast<int>(smid);
     }
 #endif
   }
@@ -1011,6 +1021,7 @@ struct Marlin {
     const int col = n_tile * parallel + slab;
     if constexpr (SWAP > 0) reduce_in_cta_sw(acc);
     else reduce_in_cta(acc);
+    stamp_reduced();
     if constexpr (PER_CHANNEL) {
       if constexpr (SWAP > 0) {
         if (kw == 0) apply_channel_scales_sw(acc, n_tile);
@@ -1065,8 +1076,10 @@ struct Marlin {
   // Prologue of both main loops: STAGES - 1 units in flight, the first one landed and visible
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
+    stamp(1);
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+    stamp(2);
     cp_async_wait<STAGES - 2>();
     if constexpr (WGMMA) fence_proxy_async_shared();
     __syncthreads();
@@ -1086,7 +1099,7 @@ struct Marlin {
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
-    stamp(1);
+    stamp(3);
     Regs regs[2];
     if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
 
@@ -1125,7 +1138,7 @@ struct Marlin {
         regs[0] = regs[1];
       }
       if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
-        if (unit == unit_end - 1) stamp(2);
+        if (unit == unit_end - 1) stamp_last_column();
         if constexpr (SWAP > 0) finish_column(acc_t, compute);
         else finish_column(acc, compute);
         zero_acc();
@@ -1159,7 +1172,7 @@ struct Marlin {
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
-    stamp(1);
+    stamp(3);
     FragA wa[2][4] = {};
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
@@ -1196,7 +1209,7 @@ struct Marlin {
         // across the epilogue.
 #pragma unroll
         for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
-        if (unit == unit_end - 1) stamp(2);
+        if (unit == unit_end - 1) stamp_last_column();
         finish_column(acc, compute);
         zero_frags<4 * SW>(&acc[0][0]);
         if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
@@ -1227,8 +1240,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   if (WGMMA && (smem_addr(smem) & 1023u) != 0) __trap();
 
   K k;
-  k.stamp(0);
   k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;
+  k.stamp(0);
   k.prob_m = prob_m; k.prob_n = prob_n; k.prob_k = prob_k; k.parallel = parallel;
   k.k_tiles = prob_k / K::TILE_K;
   k.n_tiles = prob_n / K::TILE_N;
@@ -1237,7 +1250,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.unit_start = blockIdx.x * k.iters;
   k.unit_end = min(k.unit_start + k.iters, units);
   if (k.unit_start >= units) {  // more CTAs than units: this one has nothing to do
-    k.write_stamps();
+    k.stamp_smid();
     return;
   }
 
@@ -1260,8 +1273,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.init_read_offsets();
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
   else k.run();
-  k.stamp(3);
-  k.write_stamps();
+  k.stamp(6);
+  k.stamp_smid();
 }
 
 }  // namespace mc

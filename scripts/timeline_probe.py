@@ -1,6 +1,6 @@
 """Where a launch's time goes, CTA by CTA: the MARLIN_PROBE 4 build of the dispatched config
-records when each CTA started, had its first unit, began its last column's epilogue and
-exited (needs a GPU).
+records when each CTA reached seven points of its timeline (needs a GPU; see ``stamp()`` in
+cuda/marlin.cuh).
 
     python3 scripts/timeline_probe.py OUT.json [--m 1,16,64] [--sets llama2-7b,llama2-70b]
                                       [--launches 7]
@@ -8,15 +8,19 @@ exited (needs a GPU).
 For every layer and M: the median CUDA-event time of the real kernel (the tuner's method,
 weights rotated past the L2), then ``--launches`` single launches of the probe build, each
 queued behind a spin kernel like a timed call, whose per-CTA timestamps are read back. Per
-launch, in ns (``%globaltimer``; the median over launches is kept):
+launch, in ns (``%globaltimer``; the median over launches is kept), each part as the median
+over the CTAs that had work, and its maximum (``_max``):
 
+- ``setup``: kernel entry to the first prologue copy (geometry, offsets, cursor);
+- ``issue``: issuing the prologue's STAGES - 1 units;
+- ``first_wait``: from then until the first unit has landed;
+- ``stream``: first unit landed to the last column's epilogue;
+- ``cta_reduce``: the last column's reduction inside the CTA;
+- ``cross``: from then to exit (scales, the cross-CTA reduction, the output);
 - ``start_skew``: the last CTA's start after the first's;
-- ``prologue``: kernel entry to the first unit landed (median over CTAs; also the max);
-- ``stream``: first unit landed to the last column's epilogue (median, max);
-- ``epilogue``: the last column's epilogue (its cross-CTA reduction included) to exit
-  (median, max);
 - ``span``: first CTA start to last CTA exit, against ``event_us`` of the same launch: the
-  difference is launch and teardown outside any CTA.
+  difference is launch and teardown outside any CTA; ``imbalance`` is the span beyond the
+  median CTA's parts.
 
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.
@@ -51,22 +55,24 @@ def probe_kernel(cfg):
     return ker
 
 
+PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
+
+
 def summarize(stamps: np.ndarray, event_us: float) -> dict:
-    """``stamps``: int32 [grid, 8] as written by write_stamps (g0..g3, c1..c3, smid)."""
-    g = stamps[:, :4].astype(np.int64) & 0xFFFFFFFF
-    busy = stamps[:, 1] != 0
-    g0 = g[:, 0]
-    base = g0.min()
+    """``stamps``: int32 [grid, 8] as written by write_stamps (points 0..6, then the SM id)."""
+    g = stamps[:, :7].astype(np.int64) & 0xFFFFFFFF
+    busy = g[:, 3] != 0
+    base = g[:, 0].min()
     rel = (g - base) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
     b = rel[busy]
-    med = lambda a: float(np.median(a))   # noqa: E731
-    return {"ctas": int(len(g)), "busy_ctas": int(busy.sum()),
-            "start_skew": float(rel[:, 0].max()),
-            "prologue": med(b[:, 1] - b[:, 0]), "prologue_max": float((b[:, 1] - b[:, 0]).max()),
-            "stream": med(b[:, 2] - b[:, 1]), "stream_max": float((b[:, 2] - b[:, 1]).max()),
-            "epilogue": med(b[:, 3] - b[:, 2]), "epilogue_max": float((b[:, 3] - b[:, 2]).max()),
-            "last_epilogue_start": float(b[:, 2].max()),
-            "span": float(b[:, 3].max()), "event_us": event_us}
+    out = {"ctas": int(len(g)), "busy_ctas": int(busy.sum()),
+           "start_skew": float(rel[:, 0].max()), "span": float(b[:, 6].max()),
+           "event_us": event_us}
+    for i, name in enumerate(PARTS):
+        d = b[:, i + 1] - b[:, i]
+        out[name], out[name + "_max"] = float(np.median(d)), float(d.max())
+    out["imbalance"] = out["span"] - sum(out[name] for name in PARTS)
+    return out
 
 
 def main(argv=None) -> int:
@@ -119,12 +125,11 @@ def main(argv=None) -> int:
                     row[key] = float(np.median([q[key] for q in per]))
                 rows.append(row)
                 write(a.out, rows)      # after every row: a run cut short keeps what it measured
-                print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event {row['event_us']:.1f}"
-                      f" us, span {row['span'] / 1e3:.1f}, start skew {row['start_skew'] / 1e3:.2f},"
-                      f" prologue {row['prologue'] / 1e3:.2f} (max {row['prologue_max'] / 1e3:.2f}),"
-                      f" stream {row['stream'] / 1e3:.1f} (max {row['stream_max'] / 1e3:.1f}),"
-                      f" epilogue {row['epilogue'] / 1e3:.2f} (max {row['epilogue_max'] / 1e3:.2f})",
-                      flush=True)
+                print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
+                      f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
+                      + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
+                                  for p in PARTS)
+                      + f", imbalance {row['imbalance'] / 1e3:.2f}", flush=True)
             del mws
             cp.get_default_memory_pool().free_all_blocks()
     write(a.out, rows)

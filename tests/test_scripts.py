@@ -24,3 +24,27 @@ def test_help(script, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip(), "no usage text"
     assert list(tmp_path.iterdir()) == [], "--help wrote files"
+
+
+def _load(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_timeline_summary_parts_and_wraparound():
+    np = pytest.importorskip("numpy")
+    tp = _load("timeline_probe")
+    t0 = (1 << 32) - 500                      # %globaltimer_lo wraps inside this launch
+    pts = np.array([[0, 100, 300, 1500, 8000, 8500, 9500],
+                    [50, 150, 400, 1600, 8500, 8900, 10000]], dtype=np.int64) + t0
+    st = np.zeros((3, 8), dtype=np.int64)
+    st[:2, :7] = pts % (1 << 32)
+    st[2, 0] = (t0 + 20) % (1 << 32)          # a CTA without work: entry only
+    s = tp.summarize(st.astype(np.uint32).view(np.int32), 12.0)
+    assert s["busy_ctas"] == 2 and s["start_skew"] == 50 and s["span"] == 10000
+    assert (s["setup"], s["issue"], s["first_wait"]) == (100, 225, 1200)
+    assert (s["stream"], s["cta_reduce"], s["cross"]) == (6700, 450, 1050)
+    assert s["stream_max"] == 6900 and s["imbalance"] == 10000 - 9725
