@@ -26,6 +26,15 @@
 #define MARLIN_PROBE 0
 #endif
 
+// Experiment, not yet measured (benchmarks/NOTES.md, next levers): with the parallel reduction,
+// a CTA that holds the bottom of a column ending inside its stripe stores its partial there
+// but counts itself in only at the stripe's end, together with its last column, instead of
+// stalling its stream on a fence and an atomic. Same partials, same order of the sum. Off (0)
+// in every shipped build; scripts/ab_probe.py --define MARLIN_PAR_DEFER=1 measures it.
+#ifndef MARLIN_PAR_DEFER
+#define MARLIN_PAR_DEFER 0
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -989,18 +998,12 @@ struct Marlin {
     return 2 * cta + (cta == top ? 1 : 0);
   }
 
+  // The last arriver of a column: every partial from scratch, added from +0 in the order
+  // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
   template <typename Acc>
-  __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom) {
+  __device__ __forceinline__ void sum_column(Acc& acc, int slab, int n_tile, int top, int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
-    if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
-    __threadfence();
-    __syncthreads();
-    int before = 0;
-    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
-    // Every other CTA of the column has published its partial (fence, then the atomic).
-    if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     if (kw == 0) {
       zero_frags<NF>(frags);
       for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
@@ -1008,6 +1011,48 @@ struct Marlin {
       else store_result(acc, slab, n_tile);
     }
     if (tid == 0) locks[top] = 0;
+  }
+
+#if MARLIN_PAR_DEFER
+  // The column whose bottom this CTA holds, when it ended inside the stripe (top -1: none).
+  int defer_top = -1, defer_bottom = 0, defer_slab = 0, defer_ntile = 0;
+
+  // At the stripe's end: count in at the deferred column (after the caller's fence and
+  // barrier) and sum it if this CTA is its last arriver.
+  template <typename Acc>
+  __device__ __forceinline__ void arrive_deferred(Acc& acc) {
+    int before = 0;
+    if (tid == 0 && defer_top >= 0) before = atom_add_acq_rel_gpu(locks + defer_top, 1);
+    if (__syncthreads_or(tid == 0 && defer_top >= 0 && before == defer_bottom - defer_top))
+      sum_column(acc, defer_slab, defer_ntile, defer_top, defer_bottom);
+  }
+#endif
+
+  template <typename Acc>
+  __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
+                                                      int bottom, bool stripe_end) {
+    constexpr int NF = sizeof(Acc) / sizeof(FragC);
+    FragC* frags = reinterpret_cast<FragC*>(&acc);
+    if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
+#if MARLIN_PAR_DEFER
+    if (!stripe_end) {   // this CTA is the column's bottom; it counts in at the stripe's end
+      defer_top = top;
+      defer_bottom = bottom;
+      defer_slab = slab;
+      defer_ntile = n_tile;
+      return;
+    }
+#endif
+    __threadfence();
+    __syncthreads();
+    int before = 0;
+    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
+#if MARLIN_PAR_DEFER
+    arrive_deferred(acc);   // acc may be overwritten: this column's partial is in scratch
+#endif
+    // Every other CTA of the column has published its partial (fence, then the atomic).
+    if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
+    sum_column(acc, slab, n_tile, top, bottom);
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1037,10 +1082,17 @@ struct Marlin {
         if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
         else store_result(acc, slab, n_tile);
       }
+#if MARLIN_PAR_DEFER
+      if (PAR_REDUCE && c.unit == unit_end - 1 && defer_top >= 0) {
+        __threadfence();
+        __syncthreads();
+        arrive_deferred(acc);
+      }
+#endif
       return;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom);
+      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1);
       return;
     }
     const int count = bottom - top + 1;
