@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every record a session owes from the H200, in one call of about five minutes:
+# Every record a session owes from the H200, in one call of 4-4.5 minutes:
 #   device check (GPU tests, compute-sanitizer), full benchmark sweep, compile times.
 #
 #   bash scripts/h200_records.sh OUTDIR COMMIT
