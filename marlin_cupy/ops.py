@@ -6,6 +6,7 @@ values and says what to do.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from typing import NamedTuple
@@ -116,6 +117,26 @@ def reload_kernels():
     _plan.cache_clear()
     jit._modules.clear()
     kernels.reload_sources()
+
+
+@contextlib.contextmanager
+def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False):
+    """Within the block, ``matmul`` with ``cfg`` launches ``kernel`` (another build of the same
+    instance, e.g. a ``MARLIN_PROBE`` or A/B build; scripts/ab_probe.py). Plans hold their
+    kernel, so they are dropped on the way in and out; a probe that only swapped the kernel
+    dict once timed the same build twice."""
+    key = (_cupy().cuda.Device().id, cfg, has_zp)
+    saved = _kernels.get(key)
+    _kernels[key] = kernel
+    _plan.cache_clear()
+    try:
+        yield
+    finally:
+        if saved is None:
+            _kernels.pop(key, None)
+        else:
+            _kernels[key] = saved
+        _plan.cache_clear()
 
 
 def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,

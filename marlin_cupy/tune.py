@@ -107,6 +107,21 @@ def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _shipped_measurements(device_name: str) -> tuple:
+    path = shipped_path(device_name)
+    return tuple(json.loads(path.read_text())["measurements"]) if path.is_file() else ()
+
+
+def measured_configs(device_name: str, m: int, n: int, k: int, top: int) -> list:
+    """The ``top`` fastest configs, fastest first, that the shipped table's tuner run measured
+    for (N, K) at M's bucket (probe scripts time them next to the dispatched config)."""
+    rows = sorted((r for r in _shipped_measurements(device_name)
+                   if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
+                  key=lambda r: r["median_us"])
+    return [KernelConfig.from_name(r["config"]) for r in rows[:top]]
+
+
 def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
     """Whether the instance spills registers: on the current GPU, or compiled offline for ``arch``.
 

@@ -10,10 +10,10 @@ parallel-reduction ones), built twice from the same source: "A" with ``#define N
 in front (the variant under test, or the old code path kept behind a macro), "B" as shipped.
 A switch that only reorders work without changing any sum must leave the outputs bitwise
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
-(``bench.harness.Timer``, weights rotated past the L2). Exploration tool for
-benchmarks/NOTES.md: entry 14 used it as ring_probe.py (``MARLIN_MBAR_RING=0``, 888a31a), entry
-17 for ``MARLIN_PAR_SUM_AHEAD=0`` and ``MARLIN_PAR_INFLIGHT=16`` (1c9f832). Both switches were
-reverted with their null results; the next one goes behind a macro the same way.
+(``bench.harness.Timer``, weights rotated past the L2). The A build is swapped in with
+``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
+used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
+kernel dict, so both of their columns timed one build and those A/Bs are void.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ if str(ROOT) not in sys.path:
 from marlin_cupy import jit, kernels, ops  # noqa: E402
 from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
 from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
-from marlin_cupy.config import KernelConfig, m_bucket  # noqa: E402
+from marlin_cupy.config import KernelConfig  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
-from marlin_cupy.tune import shipped_path  # noqa: E402
+from marlin_cupy.tune import measured_configs, shipped_path  # noqa: E402
 
 def old_kernel(cfg: KernelConfig, prefix: str):
     src = prefix + kernels.marlin_source(cfg, False)
@@ -59,17 +59,14 @@ def main(argv=None) -> int:
     name, _, value = a.define.partition("=")
     prefix = f"#define {name} {value}\n"
     facts = ops.device_facts()
-    table = json.loads(shipped_path(facts["name"]).read_text())
+    table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
     plan = {}
     for (k, n) in shapes:
         for m in ms:
-            meas = sorted((r for r in table["measurements"]
-                           if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
-                          key=lambda r: r["median_us"])
             base = ops.plan(m, n, k, a.group_size).config
             cfgs = list(dict.fromkeys(
-                [base] + [KernelConfig.from_name(r["config"]) for r in meas[:a.top]]))
+                [base] + measured_configs(facts["name"], m, n, k, a.top)))
             plan[(k, n, m)] = [c for c in cfgs if not (n % c.tile_n or k % c.tile_k)
                                and (c.max_m is None or m <= c.max_m)
                                and (c.parallel_reduce or not a.only_par)]
@@ -77,12 +74,7 @@ def main(argv=None) -> int:
     jit.warm_cache([(kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
                    + [(prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs],
                    os.cpu_count() or 4)
-    dev = cp.cuda.Device().id
-    new_kernels = {c: ops._kernel(c, False) for c in cfgs}
-    old_kernels = {c: old_kernel(c, prefix) for c in cfgs}
-
-    def use(cfg, which):
-        ops._kernels[(dev, cfg, False)] = which[cfg]
+    a_kernels = {c: old_kernel(c, prefix) for c in cfgs}
 
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
@@ -96,11 +88,15 @@ def main(argv=None) -> int:
                 for cfg in plan[(k, n, m)]:
                     row = {"k": k, "n": n, "m": m, "config": cfg.name}
                     try:
-                        use(cfg, old_kernels)
-                        y_old = ops.matmul(x, mws[0], config=cfg)
-                        t_old = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
-                                              copies).stats.median_us
-                        use(cfg, new_kernels)
+                        with ops.use_kernel(cfg, a_kernels[cfg]):
+                            # The launch path must really take the A build.
+                            assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
+                                is a_kernels[cfg]
+                            y_old = ops.matmul(x, mws[0], config=cfg)
+                            t_old = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
+                                                  copies).stats.median_us
+                        assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
+                            is not a_kernels[cfg]
                         y_new = ops.matmul(x, mws[0], config=cfg)
                         t_new = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
                                               copies).stats.median_us
@@ -131,7 +127,7 @@ def main(argv=None) -> int:
     with open(a.out, "w") as f:
         json.dump({"kind": "ab_probe", "define": a.define, "sets": a.sets,
                    "environment": environment(),
-                   "table_commit": table.get("git_commit"), "mismatches": mismatches,
+                   "table_commit": table_commit, "mismatches": mismatches,
                    "summed_dispatch": {str(m): {"a_us": b, "b_us": nb}
                                        for m, (b, nb) in sorted(summ.items())},
                    "rows": rows}, f, indent=1)

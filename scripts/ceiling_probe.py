@@ -120,17 +120,15 @@ def main():
                 for cfg in cfgs:
                     for probe in probes_for(cfg, tuned):
                         pname = PROBES[probe]
-                        ops._kernels[(cp.cuda.Device().id, cfg, False)] = probe_kernel(cfg, probe)
-                        ops._plan.cache_clear()
-                        med, p20, p80 = gpu_us(lambda i: mc.matmul(x, mws[i % copies], config=cfg))
+                        with ops.use_kernel(cfg, probe_kernel(cfg, probe)):
+                            med, p20, p80 = gpu_us(
+                                lambda i: mc.matmul(x, mws[i % copies], config=cfg))
                         byts = nbytes + (k // 128) * n * 2 + m * k * 2 + m * n * 2
                         rows.append(dict(set=setname, k=k, n=n, m=m, kind=pname, config=cfg.name,
                                          tuned=cfg is tuned, us=med, p20=p20, p80=p80,
                                          gbps=byts / med / 1e3))
                         print(f"{setname} {k}x{n} M={m} {cfg.name:34s} {pname:12s} "
                               f"{med:8.1f} us {byts / med / 1e3:7.0f} GB/s", flush=True)
-                    ops._kernels.pop((cp.cuda.Device().id, cfg, False), None)
-                    ops._plan.cache_clear()
             del mws, flat
             cp.get_default_memory_pool().free_all_blocks()
     write_json(out_path, {"kind": "ceiling-probe", **environment(),

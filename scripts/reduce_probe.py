@@ -28,9 +28,8 @@ if str(ROOT) not in sys.path:
 from marlin_cupy import kernels, ops  # noqa: E402
 from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
 from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
-from marlin_cupy.config import KernelConfig, m_bucket  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
-from marlin_cupy.tune import shipped_path  # noqa: E402
+from marlin_cupy.tune import measured_configs, shipped_path  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,17 +42,14 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
     facts = ops.device_facts()
-    table = json.loads(shipped_path(facts["name"]).read_text())
+    table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
     plan = {}
     for (k, n) in shapes:
         for m in ms:
-            meas = sorted((r for r in table["measurements"]
-                           if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
-                          key=lambda r: r["median_us"])
             base = ops.plan(m, n, k, a.group_size).config
             serial = list(dict.fromkeys(
-                [base] + [KernelConfig.from_name(r["config"]) for r in meas[:a.top]]))
+                [base] + measured_configs(facts["name"], m, n, k, a.top)))
             plan[(k, n, m)] = [(c, c.with_(parallel_reduce=True)) for c in serial
                                if c.fp32_reduce and not (n % c.tile_n or k % c.tile_k)]
     kernels.warm_instantiated(os.cpu_count() or 4,
@@ -89,7 +85,7 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     with open(a.out, "w") as f:
         json.dump({"kind": "reduce_probe", "sets": a.sets, "environment": environment(),
-                   "table_commit": table.get("git_commit"), "mismatches": mismatches,
+                   "table_commit": table_commit, "mismatches": mismatches,
                    "rows": rows}, f, indent=1)
     print(f"reduce_probe: {len(rows)} rows, {mismatches} mismatches")
     return 1 if mismatches else 0

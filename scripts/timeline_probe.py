@@ -87,7 +87,6 @@ def main(argv=None) -> int:
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
     cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
     jit.warm_cache([(PROBE + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
-    dev = cp.cuda.Device().id
     rng = np.random.default_rng(0)
     rows = []
     with bench_stream() as stream:
@@ -101,10 +100,7 @@ def main(argv=None) -> int:
                 plan = ops.plan(m, n, k, a.group_size)
                 cfg = plan.config
                 t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
-                real = ops._kernels[(dev, cfg, False)]
-                ops._kernels[(dev, cfg, False)] = probe_kernel(cfg)
-                ops._plan.cache_clear()     # plans hold their kernel
-                try:
+                with ops.use_kernel(cfg, probe_kernel(cfg)):
                     locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
                     per = []
                     for i in range(a.launches):
@@ -116,9 +112,6 @@ def main(argv=None) -> int:
                         ev1.synchronize()
                         st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
                         per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
-                finally:
-                    ops._kernels[(dev, cfg, False)] = real
-                    ops._plan.cache_clear()
                 row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
                        "real_median_us": t_real}
                 for key in per[0]:
