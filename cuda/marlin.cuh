@@ -35,6 +35,17 @@
 #define MARLIN_PAR_DEFER 0
 #endif
 
+// Experiment (benchmarks/NOTES.md entry 17, re-measured after its first A/B proved void): the
+// last arriver of a split column issues the loads of several partials (MARLIN_PAR_INFLIGHT
+// float4 per lane) before their adds, instead of one partial's loads, its adds, the next
+// partial's loads. Same sums, same order. Off (0) in every shipped build.
+#ifndef MARLIN_PAR_SUM_AHEAD
+#define MARLIN_PAR_SUM_AHEAD 0
+#endif
+#ifndef MARLIN_PAR_INFLIGHT
+#define MARLIN_PAR_INFLIGHT 8
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -998,6 +1009,46 @@ struct Marlin {
     return 2 * cta + (cta == top ? 1 : 0);
   }
 
+#if MARLIN_PAR_SUM_AHEAD
+  // frags = partial(bottom) + ... + partial(top), from +0 in that order for every element, with
+  // the loads of CB partials in flight before their adds. A partial of PAR_INFLIGHT fragments
+  // or more fills the budget alone and keeps the one-at-a-time loop.
+  template <int NF>
+  __device__ __forceinline__ void sum_partials_ahead(FragC* frags, int top, int bottom) {
+    constexpr int CB = NF >= MARLIN_PAR_INFLIGHT ? 1 : MARLIN_PAR_INFLIGHT / NF;
+    zero_frags<NF>(frags);
+    if constexpr (CB == 1) {
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+    } else {
+      constexpr size_t SLOT = TILE_M * TILE_N / 4;
+      const float4* base = scratch + (mw * N_WARPS + nw) * RED_WARP + lane;
+      for (int c0 = bottom; c0 >= top; c0 -= CB) {
+        float4 v[CB][NF];
+#pragma unroll
+        for (int c = 0; c < CB; c++) {
+          if (c0 - c >= top) {
+            const float4* src = base + partial_slot(c0 - c, top) * SLOT;
+#pragma unroll
+            for (int f = 0; f < NF; f++) v[c][f] = __ldcg(src + f * 32);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < CB; c++) {
+          if (c0 - c >= top) {
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+              frags[f][0] += v[c][f].x;
+              frags[f][1] += v[c][f].y;
+              frags[f][2] += v[c][f].z;
+              frags[f][3] += v[c][f].w;
+            }
+          }
+        }
+      }
+    }
+  }
+#endif
+
   // The last arriver of a column: every partial from scratch, added from +0 in the order
   // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
   template <typename Acc>
@@ -1005,8 +1056,12 @@ struct Marlin {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
+#if MARLIN_PAR_SUM_AHEAD
+      sum_partials_ahead<NF>(frags, top, bottom);
+#else
       zero_frags<NF>(frags);
       for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+#endif
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }

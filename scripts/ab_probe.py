@@ -10,7 +10,8 @@ parallel-reduction ones), built twice from the same source: "A" with ``#define N
 in front (the variant under test, or the old code path kept behind a macro), "B" as shipped.
 A switch that only reorders work without changing any sum must leave the outputs bitwise
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
-(``bench.harness.Timer``, weights rotated past the L2). The A build is swapped in with
+(``bench.harness.Timer``, weights rotated past the L2), in the order A B B A, each build's time
+the mean of its two medians. The A build is swapped in with
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.
@@ -88,18 +89,24 @@ def main(argv=None) -> int:
                 for cfg in plan[(k, n, m)]:
                     row = {"k": k, "n": n, "m": m, "config": cfg.name}
                     try:
-                        with ops.use_kernel(cfg, a_kernels[cfg]):
-                            # The launch path must really take the A build.
-                            assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
-                                is a_kernels[cfg]
-                            y_old = ops.matmul(x, mws[0], config=cfg)
-                            t_old = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
-                                                  copies).stats.median_us
-                        assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
-                            is not a_kernels[cfg]
-                        y_new = ops.matmul(x, mws[0], config=cfg)
-                        t_new = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
-                                              copies).stats.median_us
+                        run = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
+                        t_old, t_new = [], []
+                        # A B B A: a drift of the clock or the memory over the four
+                        # measurements falls on both builds alike.
+                        for build in "ABBA":
+                            if build == "A":
+                                with ops.use_kernel(cfg, a_kernels[cfg]):
+                                    # The launch path must really take the A build.
+                                    assert ops.plan(m, n, k, a.group_size,
+                                                    config=cfg).kernel is a_kernels[cfg]
+                                    y_old = ops.matmul(x, mws[0], config=cfg)
+                                    t_old.append(timer.measure(run, copies).stats.median_us)
+                            else:
+                                assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
+                                    is not a_kernels[cfg]
+                                y_new = ops.matmul(x, mws[0], config=cfg)
+                                t_new.append(timer.measure(run, copies).stats.median_us)
+                        t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
                         same = bool(cp.all(y_old == y_new))
                     except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
                         rows.append(dict(row, error=repr(e)))
