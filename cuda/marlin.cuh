@@ -26,24 +26,12 @@
 #define MARLIN_PROBE 0
 #endif
 
-// Experiment, not yet measured (benchmarks/NOTES.md, next levers): with the parallel reduction,
-// a CTA that holds the bottom of a column ending inside its stripe stores its partial there
-// but counts itself in only at the stripe's end, together with its last column, instead of
-// stalling its stream on a fence and an atomic. Same partials, same order of the sum. Off (0)
-// in every shipped build; scripts/ab_probe.py --define MARLIN_PAR_DEFER=1 measures it.
-#ifndef MARLIN_PAR_DEFER
-#define MARLIN_PAR_DEFER 0
-#endif
-
-// Experiment (benchmarks/NOTES.md entry 17, re-measured after its first A/B proved void): the
-// last arriver of a split column issues the loads of several partials (MARLIN_PAR_INFLIGHT
-// float4 per lane) before their adds, instead of one partial's loads, its adds, the next
-// partial's loads. Same sums, same order. Off (0) in every shipped build.
-#ifndef MARLIN_PAR_SUM_AHEAD
-#define MARLIN_PAR_SUM_AHEAD 0
-#endif
-#ifndef MARLIN_PAR_INFLIGHT
-#define MARLIN_PAR_INFLIGHT 8
+// How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column (benchmarks/NOTES.md
+// entry 19). 1: every CTA that reaches the column at the end of its stripe waits until all
+// partials are in, then sums and writes its own share of the tile. 0: the last CTA to arrive
+// sums and writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
+#ifndef MARLIN_PAR_COOP
+#define MARLIN_PAR_COOP 1
 #endif
 
 namespace mc {
@@ -999,55 +987,17 @@ struct Marlin {
   // PAR_REDUCE: each CTA of a split column leaves its FP32 partial sums in a scratch slot of
   // its own and counts itself in at the column's counter (locks[top]); none waits. A CTA
   // shares at most two columns with others: the one its stripe starts in (slot 2b) and the one
-  // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The last CTA to
-  // arrive adds all partials in the fixed order bottom, bottom - 1, ..., top (the serial
-  // chain's order, from +0), so the result is bitwise reproducible whatever the arrival order
-  // and has the serial chain's values; it writes C and re-arms the counter. Against
-  // the serial chain below, no CTA waits on another, and the column costs one pass over its
-  // partials instead of count - 1 hand-overs, each a store, a load and a lock round trip.
+  // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The partials are
+  // added in the fixed order bottom, bottom - 1, ..., top (the serial chain's order, from +0),
+  // so the result is bitwise reproducible whatever the arrival order and has the serial
+  // chain's values. Who adds them: with MARLIN_PAR_COOP (the default) the CTAs whose stripe
+  // ends in the column, each a share of the tile, after their main loop (coop_finish); without
+  // it the last CTA to arrive, alone (sum_column). Against the serial chain below, no CTA waits
+  // mid-stripe, and the column costs one pass over its partials instead of count - 1
+  // hand-overs, each a store, a load and a lock round trip.
   static __device__ __forceinline__ int partial_slot(int cta, int top) {
     return 2 * cta + (cta == top ? 1 : 0);
   }
-
-#if MARLIN_PAR_SUM_AHEAD
-  // frags = partial(bottom) + ... + partial(top), from +0 in that order for every element, with
-  // the loads of CB partials in flight before their adds. A partial of PAR_INFLIGHT fragments
-  // or more fills the budget alone and keeps the one-at-a-time loop.
-  template <int NF>
-  __device__ __forceinline__ void sum_partials_ahead(FragC* frags, int top, int bottom) {
-    constexpr int CB = NF >= MARLIN_PAR_INFLIGHT ? 1 : MARLIN_PAR_INFLIGHT / NF;
-    zero_frags<NF>(frags);
-    if constexpr (CB == 1) {
-      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-    } else {
-      constexpr size_t SLOT = TILE_M * TILE_N / 4;
-      const float4* base = scratch + (mw * N_WARPS + nw) * RED_WARP + lane;
-      for (int c0 = bottom; c0 >= top; c0 -= CB) {
-        float4 v[CB][NF];
-#pragma unroll
-        for (int c = 0; c < CB; c++) {
-          if (c0 - c >= top) {
-            const float4* src = base + partial_slot(c0 - c, top) * SLOT;
-#pragma unroll
-            for (int f = 0; f < NF; f++) v[c][f] = __ldcg(src + f * 32);
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < CB; c++) {
-          if (c0 - c >= top) {
-#pragma unroll
-            for (int f = 0; f < NF; f++) {
-              frags[f][0] += v[c][f].x;
-              frags[f][1] += v[c][f].y;
-              frags[f][2] += v[c][f].z;
-              frags[f][3] += v[c][f].w;
-            }
-          }
-        }
-      }
-    }
-  }
-#endif
 
   // The last arriver of a column: every partial from scratch, added from +0 in the order
   // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
@@ -1056,58 +1006,155 @@ struct Marlin {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
-#if MARLIN_PAR_SUM_AHEAD
-      sum_partials_ahead<NF>(frags, top, bottom);
-#else
       zero_frags<NF>(frags);
       for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-#endif
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
     if (tid == 0) locks[top] = 0;
   }
 
-#if MARLIN_PAR_DEFER
-  // The column whose bottom this CTA holds, when it ended inside the stripe (top -1: none).
-  int defer_top = -1, defer_bottom = 0, defer_slab = 0, defer_ntile = 0;
+  // ---- MARLIN_PAR_COOP: the CTAs that reach a split column at the end of their stripe
+  // (its top, the CTAs whose whole stripe lies in it, and its bottom when its stripe ends with
+  // the column: `waiters` of them, the top first) have nothing left to do but exit. Each waits
+  // until all partials are in, then sums its share of the tile and writes it, instead of one
+  // last arriver reading every partial of the tile alone (at M = 64 that was 8 x 64 KB through
+  // one SM). The bottom CTA, when its stripe goes on past the column, counts in and goes on.
+  //
+  // The shares: element e of a partial is float4 e % (NF * 32) of warp slot e / (NF * 32)
+  // (scratch layout of store_scratch, lane = e % 32, fragment = e / 32 % NF); the elements are
+  // cut into `waiters` contiguous ranges, and each is summed bottom..top from +0 exactly like
+  // the last arriver's sum, so the bits are the same whoever sums which element.
+  //
+  // Waiting is safe: the persistent grid is co-resident (as the serial chain assumes too), a
+  // CTA waits only at the end of its stripe, and every CTA counts in at a column before it
+  // reaches the end of its stripe, without waiting on anything. The counter: each of the
+  // column's CTAs adds 1 (all partials are in at `count`), then each waiter adds 1 when its
+  // share is written; the last re-arms it to 0 for the next launch.
+  // Loads in flight per thread: COOP_UNROLL elements x COOP_AHEAD partials. The 48-row
+  // and 64-row mma.sync tiles (WM >= 2) sit at the register limit and spill with 16 (on
+  // sm_90 or sm_80); they take 4.
+  static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
+  static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
+  static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
 
-  // At the stripe's end: count in at the deferred column (after the caller's fence and
-  // barrier) and sum it if this CTA is its last arriver.
-  template <typename Acc>
-  __device__ __forceinline__ void arrive_deferred(Acc& acc) {
-    int before = 0;
-    if (tid == 0 && defer_top >= 0) before = atom_add_acq_rel_gpu(locks + defer_top, 1);
-    if (__syncthreads_or(tid == 0 && defer_top >= 0 && before == defer_bottom - defer_top))
-      sum_column(acc, defer_slab, defer_ntile, defer_top, defer_bottom);
+  // Element i of fragment f held by lane l of warp slot w (= mw * N_WARPS + nw): its row in
+  // C (unchecked against prob_m) and column. The same maps as for_each_swapped and c_ptr.
+  __device__ __forceinline__ void frag_elem(int slab, int n_tile, int w, int f, int l, int i,
+                                            int& row, int& col) const {
+    const int wm = w / N_WARPS, wn = w % N_WARPS;
+    if constexpr (SWAP > 0) {
+      const int j = f / SW, h = f % SW;
+      row = slab * TILE_M + 8 * h + 2 * (l % 4) + i % 2;
+      col = n_tile * TILE_N + wn * 64 + 16 * j + l / 4 + 8 * (i / 2);
+    } else {
+      const int mb = f / 8, nb = f % 8;
+      row = slab * TILE_M + 16 * (wm * WM + mb) + l / 4 + 8 * (i / 2);
+      col = n_tile * TILE_N + wn * 64 + 8 * nb + 2 * (l % 4) + i % 2;
+    }
   }
-#endif
+
+  template <int NF>
+  __device__ __forceinline__ void coop_sum(int slab, int n_tile, int top, int bottom,
+                                           int rank, int waiters) {
+    constexpr int ELEMS = M_WARPS * N_WARPS * NF * 32;
+    constexpr size_t SLOT = TILE_M * TILE_N / 4;
+    const int begin = static_cast<int>(static_cast<long long>(ELEMS) * rank / waiters);
+    const int end = static_cast<int>(static_cast<long long>(ELEMS) * (rank + 1) / waiters);
+    for (int e0 = begin + tid; e0 < end; e0 += COOP_UNROLL * THREADS) {
+      int off[COOP_UNROLL];
+      float4 sum[COOP_UNROLL];
+#pragma unroll
+      for (int u = 0; u < COOP_UNROLL; u++) {
+        const int e = e0 + u * THREADS;
+        off[u] = (e / (NF * 32)) * RED_WARP + e % (NF * 32);
+        sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      for (int c0 = bottom; c0 >= top; c0 -= COOP_AHEAD) {
+        float4 v[COOP_AHEAD][COOP_UNROLL];
+#pragma unroll
+        for (int a = 0; a < COOP_AHEAD; a++)
+#pragma unroll
+          for (int u = 0; u < COOP_UNROLL; u++)
+            if (c0 - a >= top && e0 + u * THREADS < end)
+              v[a][u] = __ldcg(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
+#pragma unroll
+        for (int a = 0; a < COOP_AHEAD; a++)
+#pragma unroll
+          for (int u = 0; u < COOP_UNROLL; u++)
+            if (c0 - a >= top) {
+              sum[u].x += v[a][u].x;
+              sum[u].y += v[a][u].y;
+              sum[u].z += v[a][u].z;
+              sum[u].w += v[a][u].w;
+            }
+      }
+#pragma unroll
+      for (int u = 0; u < COOP_UNROLL; u++) {
+        const int e = e0 + u * THREADS;
+        if (e >= end) continue;
+        const int w = e / (NF * 32), f = e / 32 % NF, l = e % 32;
+        const float x[4] = {sum[u].x, sum[u].y, sum[u].z, sum[u].w};
+        unsigned short* c = reinterpret_cast<unsigned short*>(C);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          int row, col;
+          frag_elem(slab, n_tile, w, f, l, i, row, col);
+          if (row < prob_m)
+            __stcg(c + static_cast<size_t>(row) * prob_n + col,
+                   __half_as_ushort(__float2half_rn(x[i])));
+        }
+      }
+    }
+  }
+
+  // After the main loop: if the stripe ended inside a split column, this CTA is one of its
+  // waiters (it counted in at finish_split_column).
+  template <int NF>
+  __device__ __forceinline__ void coop_finish() {
+    const int col = (unit_end - 1) / k_tiles;
+    const int first = col * k_tiles;
+    const int top = first / iters;
+    const int bottom = (first + k_tiles - 1) / iters;
+    if (top == bottom) return;
+    const int count = bottom - top + 1;
+    const bool bottom_waits =
+        min((bottom + 1) * iters, k_tiles * n_tiles * parallel) == first + k_tiles;
+    const int waiters = bottom - top + (bottom_waits ? 1 : 0);
+    if (tid == 0) {
+      while (ld_acquire_gpu(locks + top) < count) {
+      }
+    }
+    __syncthreads();
+    coop_sum<NF>(col % parallel, col / parallel, top, bottom,
+                 static_cast<int>(blockIdx.x) - top, waiters);
+    __syncthreads();
+    if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
+  }
 
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom, bool stripe_end) {
+                                                      int bottom, bool stripe_end,
+                                                      bool bottom_waits) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
-#if MARLIN_PAR_DEFER
-    if (!stripe_end) {   // this CTA is the column's bottom; it counts in at the stripe's end
-      defer_top = top;
-      defer_bottom = bottom;
-      defer_slab = slab;
-      defer_ntile = n_tile;
-      return;
-    }
-#endif
     __threadfence();
     __syncthreads();
     int before = 0;
     if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
-#if MARLIN_PAR_DEFER
-    arrive_deferred(acc);   // acc may be overwritten: this column's partial is in scratch
-#endif
+#if MARLIN_PAR_COOP
+    // Waiters sum after their main loop (coop_finish), where none of its state is live.
+    (void)before;
+    (void)stripe_end;
+    (void)bottom_waits;
+#else
+    (void)stripe_end;
+    (void)bottom_waits;
     // Every other CTA of the column has published its partial (fence, then the atomic).
     if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     sum_column(acc, slab, n_tile, top, bottom);
+#endif
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1137,17 +1184,13 @@ struct Marlin {
         if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
         else store_result(acc, slab, n_tile);
       }
-#if MARLIN_PAR_DEFER
-      if (PAR_REDUCE && c.unit == unit_end - 1 && defer_top >= 0) {
-        __threadfence();
-        __syncthreads();
-        arrive_deferred(acc);
-      }
-#endif
       return;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1);
+      // The bottom CTA's stripe ends exactly with the column: it is a waiter too.
+      const int bottom_end = min((bottom + 1) * iters, k_tiles * n_tiles * parallel);
+      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1,
+                          bottom_end == first + k_tiles);
       return;
     }
     const int count = bottom - top + 1;
@@ -1255,6 +1298,7 @@ struct Marlin {
       stage = next;
     }
     cp_async_wait<0>();
+    if constexpr (PAR_REDUCE && MARLIN_PAR_COOP) coop_finish<(SWAP > 0 ? 4 * SW : WM * 8)>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -1327,6 +1371,7 @@ struct Marlin {
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
+    if constexpr (PAR_REDUCE && MARLIN_PAR_COOP) coop_finish<4 * SW>();
   }
 };
 
