@@ -26,10 +26,11 @@
 #define MARLIN_PROBE 0
 #endif
 
-// How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column (benchmarks/NOTES.md
-// entry 19). 1: every CTA that reaches the column at the end of its stripe waits until all
-// partials are in, then sums and writes its own share of the tile. 0: the last CTA to arrive
-// sums and writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
+// How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column of a tile of 48 or
+// more rows (benchmarks/NOTES.md entry 19; smaller tiles always take the second way).
+// 1: every CTA that reaches the column at the end of its stripe waits until all partials are
+// in, then sums and writes its own share of the tile. 0: the last CTA to arrive sums and
+// writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
 #ifndef MARLIN_PAR_COOP
 #define MARLIN_PAR_COOP 1
 #endif
@@ -990,9 +991,9 @@ struct Marlin {
   // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The partials are
   // added in the fixed order bottom, bottom - 1, ..., top (the serial chain's order, from +0),
   // so the result is bitwise reproducible whatever the arrival order and has the serial
-  // chain's values. Who adds them: with MARLIN_PAR_COOP (the default) the CTAs whose stripe
-  // ends in the column, each a share of the tile, after their main loop (coop_finish); without
-  // it the last CTA to arrive, alone (sum_column). Against the serial chain below, no CTA waits
+  // chain's values. Who adds them: on tiles of 48 rows or more (COOP) the CTAs whose stripe
+  // ends in the column, each a share of the tile, after their main loop (coop_finish); on the
+  // others the last CTA to arrive, alone (sum_column). Against the serial chain below, no CTA waits
   // mid-stripe, and the column costs one pass over its partials instead of count - 1
   // hand-overs, each a store, a load and a lock round trip.
   static __device__ __forceinline__ int partial_slot(int cta, int top) {
@@ -1034,6 +1035,11 @@ struct Marlin {
   // Loads in flight per thread: COOP_UNROLL elements x COOP_AHEAD partials. The 48-row
   // and 64-row mma.sync tiles (WM >= 2) sit at the register limit and spill with 16 (on
   // sm_90 or sm_80); they take 4.
+  // Which tiles share the sum (measured, NOTES.md entry 19): from 48 rows on, where a partial
+  // is 24-64 KB and one CTA reading 3-9 of them was the kernel's tail. On the smaller tiles
+  // the waiters' extra round trips (seeing the count, re-arming) cost more than the shared
+  // sum saves (5-13 % slower at M = 1..16).
+  static constexpr bool COOP = PAR_REDUCE && MARLIN_PAR_COOP && TILE_M >= 48;
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
@@ -1134,8 +1140,7 @@ struct Marlin {
 
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom, bool stripe_end,
-                                                      bool bottom_waits) {
+                                                      int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
@@ -1143,18 +1148,12 @@ struct Marlin {
     __syncthreads();
     int before = 0;
     if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
-#if MARLIN_PAR_COOP
-    // Waiters sum after their main loop (coop_finish), where none of its state is live.
-    (void)before;
-    (void)stripe_end;
-    (void)bottom_waits;
-#else
-    (void)stripe_end;
-    (void)bottom_waits;
-    // Every other CTA of the column has published its partial (fence, then the atomic).
+    // COOP: the waiters sum after their main loop (coop_finish), where none of its state is
+    // live. Otherwise the last to arrive, after every other CTA of the column has published
+    // its partial (fence, then the atomic), sums alone.
+    if constexpr (COOP) return;
     if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     sum_column(acc, slab, n_tile, top, bottom);
-#endif
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1187,10 +1186,7 @@ struct Marlin {
       return;
     }
     if constexpr (PAR_REDUCE) {
-      // The bottom CTA's stripe ends exactly with the column: it is a waiter too.
-      const int bottom_end = min((bottom + 1) * iters, k_tiles * n_tiles * parallel);
-      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1,
-                          bottom_end == first + k_tiles);
+      finish_split_column(acc, slab, n_tile, top, bottom);
       return;
     }
     const int count = bottom - top + 1;
@@ -1298,7 +1294,7 @@ struct Marlin {
       stage = next;
     }
     cp_async_wait<0>();
-    if constexpr (PAR_REDUCE && MARLIN_PAR_COOP) coop_finish<(SWAP > 0 ? 4 * SW : WM * 8)>();
+    if constexpr (COOP) coop_finish<(SWAP > 0 ? 4 * SW : WM * 8)>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -1371,7 +1367,7 @@ struct Marlin {
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
-    if constexpr (PAR_REDUCE && MARLIN_PAR_COOP) coop_finish<4 * SW>();
+    if constexpr (COOP) coop_finish<4 * SW>();
   }
 };
 
