@@ -247,7 +247,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     entries = select_entries(rows, group_size)
     env = environment()
     return {"kind": "tuned_table", "device_name": name, "arch": f"sm_{facts['cc']}", "date": env.get("date"),
-            "git_commit": env.get("git_commit"), "versions": env.get("versions"),
+            "git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
+            "versions": env.get("versions"),
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
             "entries": entries, "measurements": rows}
 
