@@ -2,6 +2,7 @@
 """A few small kernel launches for compute-sanitizer (memcheck, racecheck) to watch.
 
     python3 scripts/sanitize_case.py [--configs 4 | --all-configs | --names CFG,...]
+                                     [--shapes "M,K,N;..."]
     compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py
 
 Runs the smoke kernel (cuda/smoke.cu), then ``mc.matmul`` on small problems (odd M, M > 64,
@@ -77,7 +78,7 @@ def group_size_of(cfg) -> int:
     return -1 if blocks == -1 else 16 * blocks
 
 
-def matmul_cases(count: int | None, names=()):
+def matmul_cases(count: int | None, names=(), shapes=SHAPES):
     """Run every (config, shape, sym) case; returns (ran, skipped, failures)."""
     import cupy as cp
     import marlin_cupy as mc
@@ -93,7 +94,7 @@ def matmul_cases(count: int | None, names=()):
 
     rng = np.random.default_rng(0)
     ran = skipped = failures = 0
-    for m, k, n in SHAPES:
+    for m, k, n in shapes:
         w = rng.standard_normal((k, n), dtype=np.float32) * 0.02
         x_host = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
         x = cp.asarray(x_host)
@@ -143,14 +144,19 @@ def main(argv=None) -> int:
     ap.add_argument("--all-configs", action="store_true", help="run every configuration")
     ap.add_argument("--names", default="",
                     help="comma-separated config names to run instead (wgmma ones included)")
+    ap.add_argument("--shapes", default="",
+                    help='"M,K,N;M,K,N" problems instead of the default three (e.g. a deep K, so '
+                         "that the bottom CTA of a split column goes on past it)")
     args = ap.parse_args(argv)
+    shapes = (tuple(tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s)
+              or SHAPES)
 
     import cupy as cp
     cp.cuda.set_allocator(None)         # one cudaMalloc per array, so memcheck sees the bounds
     smoke_ok = smoke()
     try:
         ran, skipped, failures = matmul_cases(None if args.all_configs else args.configs,
-                                              [n for n in args.names.split(",") if n])
+                                              [n for n in args.names.split(",") if n], shapes)
     except Exception as e:               # e.g. an illegal instruction poisons the context
         print(f"ERROR while running matmul cases: {type(e).__name__}: {e}")
         ran, skipped, failures = 0, 0, 1
