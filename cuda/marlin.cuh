@@ -35,6 +35,16 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
+// Experiment (benchmarks/NOTES.md entry 22), off (0) in every shipped build: the cross-CTA
+// hand-overs publish a CTA's partial with a barrier and one release by thread 0 instead of a
+// fence by every thread, and a split column's bottom CTA, whose stripe goes on past it,
+// counts in with a `red` it does not wait for. A barrier followed by a GPU-scope release of
+// one thread publishes the stores of every thread before the barrier (release is cumulative;
+// PTX ISA, memory consistency model). Same partials, same order of the sums.
+#ifndef MARLIN_LIGHT_FENCE
+#define MARLIN_LIGHT_FENCE 0
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -222,6 +232,11 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
                : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
+}
+
+// No value comes back, so the issuing thread does not wait for the memory system.
+__device__ __forceinline__ void red_add_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ uint32_t dynamic_smem_size() {
@@ -1138,12 +1153,44 @@ struct Marlin {
     if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
   }
 
+  // MARLIN_LIGHT_FENCE: a bottom CTA that goes on adds BOTTOM_MARK, the others 1, so the last
+  // of the CTAs that end their stripe in the column can tell whether the bottom is in yet.
+  static constexpr int BOTTOM_MARK = 1 << 16;
+
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom) {
+                                                      int bottom, bool stripe_end,
+                                                      bool bottom_ends) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
+#if MARLIN_LIGHT_FENCE
+    __syncthreads();
+    if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
+      if (tid == 0) red_add_release_gpu(locks + top, 1);
+      return;
+    }
+    if (!stripe_end) {      // the column's bottom, its stripe goes on: it never sums
+      if (tid == 0) red_add_release_gpu(locks + top, BOTTOM_MARK);
+      return;
+    }
+    // The CTAs that end their stripe here: the top, the middle ones, and the bottom if its
+    // stripe ends with the column. Their last sums, once the bottom is in.
+    const int enders = bottom - top + (bottom_ends ? 1 : 0);
+    int before = 0;
+    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
+    if (!__syncthreads_or(tid == 0 && before % BOTTOM_MARK == enders - 1)) return;
+    if (!bottom_ends) {
+      if (tid == 0) {
+        while (ld_acquire_gpu(locks + top) < BOTTOM_MARK) {
+        }
+      }
+      __syncthreads();
+    }
+    sum_column(acc, slab, n_tile, top, bottom);
+#else
+    (void)stripe_end;
+    (void)bottom_ends;
     __threadfence();
     __syncthreads();
     int before = 0;
@@ -1154,6 +1201,7 @@ struct Marlin {
     if constexpr (COOP) return;
     if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
     sum_column(acc, slab, n_tile, top, bottom);
+#endif
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1186,7 +1234,10 @@ struct Marlin {
       return;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom);
+      // Does the bottom CTA's stripe end exactly with the column?
+      const bool bottom_ends =
+          min((bottom + 1) * iters, k_tiles * n_tiles * parallel) == first + k_tiles;
+      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1, bottom_ends);
       return;
     }
     const int count = bottom - top + 1;
@@ -1208,7 +1259,9 @@ struct Marlin {
         else store_partial(acc, slab, n_tile, top);
       }
     }
+#if !MARLIN_LIGHT_FENCE
     __threadfence();
+#endif
     __syncthreads();
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
   }

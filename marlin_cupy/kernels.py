@@ -1,6 +1,8 @@
 """Kernel source for one configuration: the templated body plus a plain extern "C" entry."""
 from __future__ import annotations
 
+import os
+import re
 from functools import lru_cache
 
 from . import jit
@@ -34,15 +36,34 @@ def _base_source() -> str:
     return jit.expand_source(KERNEL_FILE)
 
 
+_DEFINE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(-?[0-9]+)$")
+
+
+def extra_defines() -> str:
+    """``#define`` lines from ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT"): compile-time
+    switches of cuda/marlin.cuh (its experiments and A/B macros) for every kernel built in
+    this process, e.g. to run the GPU tests on an experimental build. Empty when unset."""
+    raw = os.environ.get("MARLIN_CUPY_DEFINES", "").strip()
+    lines = []
+    for item in filter(None, (v.strip() for v in raw.split(","))):
+        m = _DEFINE.match(item)
+        if not m:
+            raise ValueError(f"MARLIN_CUPY_DEFINES: {item!r} is not NAME=INTEGER "
+                             f"(upper-case macro name, integer value)")
+        lines.append(f"#define {m.group(1)} {m.group(2)}\n")
+    return "".join(lines)
+
+
 def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -> str:
-    """Self-contained source (headers inlined) defining ``marlin_entry(cfg, has_zp)``.
+    """Self-contained source (headers inlined) defining ``marlin_entry(cfg, has_zp)``, with
+    the switches of ``$MARLIN_CUPY_DEFINES`` in front (see ``extra_defines``).
 
     ``check=False`` skips ``cfg.validate()``; tests use it to confirm that the kernel's own
     static_asserts reject the same configurations.
     """
     if check:
         cfg.validate()
-    return _base_source() + "\n" + _wrapper(cfg, has_zp)
+    return extra_defines() + _base_source() + "\n" + _wrapper(cfg, has_zp)
 
 
 def reload_sources():

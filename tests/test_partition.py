@@ -134,3 +134,45 @@ def test_coop_protocol_never_deadlocks_and_rearms_every_counter(k_tiles, columns
                 progress = True
     assert all(pc[b] == len(programs[b]) for b in programs)
     assert all(v == 0 for v in counters.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 300), st.integers(1, 264), st.randoms())
+def test_light_fence_protocol_has_one_summer_after_every_arrival(k_tiles, columns, grid, rnd):
+    """MARLIN_LIGHT_FENCE, last-arriver tiles: a bottom CTA whose stripe goes on adds
+    BOTTOM_MARK with a `red` and never sums; each CTA ending its stripe in the column adds 1 and
+    reads the counter; the one that read enders - 1 (mod the mark) waits for the mark if the
+    bottom goes on, then sums and re-arms. In any order of arrivals: exactly one summer, after
+    every arrival, and the counter ends at 0."""
+    mark = 1 << 16
+    units = k_tiles * columns
+    iters = -(-units // grid)
+    split = {}
+    for b, ends in column_ends(k_tiles, columns, grid).items():
+        for col, top, bottom, last in ends:
+            if top != bottom:
+                split.setdefault(col, []).append((b, last))
+    for col, arrivals in split.items():
+        first = col * k_tiles
+        top, bottom = first // iters, (first + k_tiles - 1) // iters
+        bottom_ends = min((bottom + 1) * iters, units) == first + k_tiles
+        enders = bottom - top + int(bottom_ends)
+        order = list(arrivals)
+        rnd.shuffle(order)
+        counter, summers, bottom_at = 0, [], None
+        for i, (b, last) in enumerate(order):
+            if not last:
+                assert b == bottom and not bottom_ends
+                counter += mark
+                bottom_at = i
+                continue
+            before, counter = counter, counter + 1
+            if before % mark == enders - 1:
+                summers.append(i)
+        assert len(summers) == 1
+        # The summer goes on once it has read enders - 1 and, if the bottom goes on, seen its
+        # mark: by then every CTA of the column has arrived, so its re-arm to 0 is the last
+        # write to the counter in this launch.
+        goes_at = max(summers[0], bottom_at if bottom_at is not None else -1)
+        assert goes_at == len(order) - 1
+        assert counter == enders + (0 if bottom_ends else mark)

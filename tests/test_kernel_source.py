@@ -1,0 +1,34 @@
+"""$MARLIN_CUPY_DEFINES: compile-time switches of cuda/marlin.cuh for every kernel of a process
+(to run the GPU tests on an experimental build). No GPU needed."""
+from __future__ import annotations
+
+import pytest
+
+from marlin_cupy import jit, kernels
+from marlin_cupy.config import KernelConfig
+
+CFG = KernelConfig.from_name("t256_m1_n8_k16_s6_g8_fp32par_sw1")
+
+
+def test_unset_means_the_shipped_source(monkeypatch):
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    src = kernels.marlin_source(CFG)
+    assert kernels.extra_defines() == ""
+    assert src.startswith(kernels._base_source())
+
+
+def test_defines_go_in_front_and_change_the_cache_key(monkeypatch):
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    plain = kernels.marlin_source(CFG)
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", " MARLIN_PAR_COOP=0, MARLIN_LIGHT_FENCE=1 ,")
+    src = kernels.marlin_source(CFG)
+    assert src.startswith("#define MARLIN_PAR_COOP 0\n#define MARLIN_LIGHT_FENCE 1\n")
+    assert src.endswith(plain)
+    assert jit.source_hash(src) != jit.source_hash(plain)
+
+
+@pytest.mark.parametrize("bad", ["MARLIN_PAR_COOP", "marlin_x=1", "X=1.5", "X=1;Y=2", "X=a"])
+def test_malformed_defines_are_refused(monkeypatch, bad):
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", bad)
+    with pytest.raises(ValueError, match="MARLIN_CUPY_DEFINES"):
+        kernels.marlin_source(CFG)
