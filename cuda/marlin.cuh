@@ -40,7 +40,8 @@
 // fence by every thread, and a split column's bottom CTA, whose stripe goes on past it,
 // counts in with a `red` it does not wait for. A barrier followed by a GPU-scope release of
 // one thread publishes the stores of every thread before the barrier (release is cumulative;
-// PTX ISA, memory consistency model). Same partials, same order of the sums.
+// PTX ISA, memory consistency model). Same partials, same order of the sums. 2: only the
+// lighter publication; the last CTA to arrive sums, the bottom included.
 #ifndef MARLIN_LIGHT_FENCE
 #define MARLIN_LIGHT_FENCE 0
 #endif
@@ -1170,6 +1171,16 @@ struct Marlin {
       if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
     }
+#if MARLIN_LIGHT_FENCE == 2
+    // Variant 2: only the barrier and the one release; whoever arrives last sums, as before.
+    int last = 0;
+    if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
+    (void)stripe_end;
+    (void)bottom_ends;
+    if (!__syncthreads_or(last)) return;
+    sum_column(acc, slab, n_tile, top, bottom);
+    return;
+#endif
     if (!stripe_end) {      // the column's bottom, its stripe goes on: it never sums
       if (tid == 0) red_add_release_gpu(locks + top, BOTTOM_MARK);
       return;
