@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import subprocess
+import warnings
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -143,10 +144,20 @@ def versions() -> dict:
 def environment() -> dict:
     """The common head of every record: date, commit, device (or why there is none), versions."""
     reason = gpu_unavailable_reason()
+    from_env = bool(os.environ.get("MARLIN_GIT_COMMIT", "").strip())
+    commit, dirty = git_commit(), git_dirty()
+    if not from_env and dirty:
+        # A tree copied to a GPU machine can carry a stale .git: its HEAD is not the code that
+        # ran (this happened: NOTES.md entry 21). Say so where the run is watched.
+        warnings.warn(f"git_commit {commit[:12]} is the HEAD of a checkout with uncommitted "
+                      f"changes, which may not be the code that ran; set MARLIN_GIT_COMMIT to "
+                      f"the commit the tree came from", stacklevel=2)
     env = {
         "date": utc_now(),
-        "git_commit": git_commit(),
-        "git_dirty": git_dirty(),
+        "git_commit": commit,
+        "git_commit_from": ("MARLIN_GIT_COMMIT" if from_env
+                            else "git rev-parse HEAD" if commit != "unknown" else None),
+        "git_dirty": dirty,
         "device": None if reason else device_info(),
         "versions": versions(),
         "platform": platform.platform(),

@@ -20,7 +20,10 @@ over the CTAs that had work, and its maximum (``_max``):
 - ``start_skew``: the last CTA's start after the first's;
 - ``span``: first CTA start to last CTA exit, against ``event_us`` of the same launch: the
   difference is launch and teardown outside any CTA; ``imbalance`` is the span beyond the
-  median CTA's parts.
+  median CTA's parts;
+- ``slow_sm_consistency``: whether the same SMs stream slowest in every launch (the mean rank
+  correlation of per-SM stream times between launches; ``slow_sm_consistency()``). With
+  ``--raw`` every launch's per-CTA points and SM ids are kept as well.
 
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.
@@ -75,6 +78,34 @@ def summarize(stamps: np.ndarray, event_us: float) -> dict:
     return out
 
 
+def relative(stamps: np.ndarray) -> tuple:
+    """Per busy CTA: its seven points in ns after the launch's first CTA entry, and its SM."""
+    g = stamps[:, :7].astype(np.int64) & 0xFFFFFFFF
+    busy = g[:, 3] != 0
+    rel = (g - g[:, 0].min()) % (1 << 32)
+    return rel[busy], stamps[busy, 7].astype(np.int64)
+
+
+def slow_sm_consistency(launches) -> float:
+    """Are the same SMs slow in every launch? ``launches``: per launch, (rel, sm) of its busy
+    CTAs as ``relative`` gives them. Each SM's stream time (first unit landed to the last
+    column's epilogue, summed over its CTAs) is ranked within the launch; the result is the
+    mean Spearman correlation of those ranks over pairs of launches, on the SMs every launch
+    used (1: the same order every time, about 0: no SM is consistently slow or fast; NaN with
+    fewer than two launches or SMs)."""
+    per = []
+    for rel, sm in launches:
+        stream = rel[:, 4] - rel[:, 3]
+        per.append({int(k): float(stream[sm == k].sum()) for k in np.unique(sm)})
+    common = sorted(set.intersection(*(set(d) for d in per))) if per else []
+    if len(per) < 2 or len(common) < 2:
+        return float("nan")
+    ranks = [np.argsort(np.argsort([d[k] for k in common])).astype(float) for d in per]
+    cors = [float(np.corrcoef(ranks[i], ranks[j])[0, 1])
+            for i in range(len(ranks)) for j in range(i + 1, len(ranks))]
+    return float(np.mean(cors))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -82,6 +113,9 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,16,64")
     p.add_argument("--launches", type=int, default=7)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--raw", action="store_true",
+                   help="also keep every launch's per-CTA points (ns after the first entry) "
+                        "and SM ids in the JSON")
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
@@ -102,7 +136,7 @@ def main(argv=None) -> int:
                 t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
                 with ops.use_kernel(cfg, probe_kernel(cfg)):
                     locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
-                    per = []
+                    per, raw = [], []
                     for i in range(a.launches):
                         locks[plan.grid:].fill(0)
                         timer.spin(200.0)
@@ -112,17 +146,22 @@ def main(argv=None) -> int:
                         ev1.synchronize()
                         st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
                         per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
+                        raw.append(relative(st))
                 row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
                        "real_median_us": t_real}
                 for key in per[0]:
                     row[key] = float(np.median([q[key] for q in per]))
+                row["slow_sm_consistency"] = slow_sm_consistency(raw)
+                if a.raw:
+                    row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
                 rows.append(row)
                 write(a.out, rows)      # after every row: a run cut short keeps what it measured
                 print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
                       f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                       + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
                                   for p in PARTS)
-                      + f", imbalance {row['imbalance'] / 1e3:.2f}", flush=True)
+                      + f", imbalance {row['imbalance'] / 1e3:.2f}, slow-SM rank correlation "
+                      f"{row['slow_sm_consistency']:.2f}", flush=True)
             del mws
             cp.get_default_memory_pool().free_all_blocks()
     write(a.out, rows)

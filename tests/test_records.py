@@ -138,3 +138,27 @@ def test_git_dirty_is_unknown_for_a_commit_other_than_head(monkeypatch):
     assert records.git_dirty() is True
     monkeypatch.delenv("MARLIN_GIT_COMMIT")
     assert records.git_dirty() is True
+
+
+def test_environment_says_where_the_commit_came_from(monkeypatch):
+    from marlin_cupy import records
+    monkeypatch.setenv("MARLIN_GIT_COMMIT", "abc1234")
+    env = records.environment()
+    assert env["git_commit"] == "abc1234"
+    assert env["git_commit_from"] == "MARLIN_GIT_COMMIT"
+
+
+def test_environment_warns_on_a_dirty_checkout_without_the_variable(monkeypatch):
+    import pytest
+    from marlin_cupy import records
+    monkeypatch.delenv("MARLIN_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(records, "git_commit", lambda: "0123456789abcdef")
+    monkeypatch.setattr(records, "git_dirty", lambda: True)
+    with pytest.warns(UserWarning, match="MARLIN_GIT_COMMIT"):
+        env = records.environment()
+    assert env["git_commit_from"] == "git rev-parse HEAD"
+    monkeypatch.setattr(records, "git_dirty", lambda: False)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records.environment()

@@ -48,3 +48,36 @@ def test_timeline_summary_parts_and_wraparound():
     assert (s["setup"], s["issue"], s["first_wait"]) == (100, 225, 1200)
     assert (s["stream"], s["cta_reduce"], s["cross"]) == (6700, 450, 1050)
     assert s["stream_max"] == 6900 and s["imbalance"] == 10000 - 9725
+
+
+def test_timeline_slow_sm_consistency():
+    np = pytest.importorskip("numpy")
+    tp = _load("timeline_probe")
+
+    def launch(stream_by_sm, order):
+        sm = np.array(order)
+        rel = np.zeros((len(sm), 7), dtype=np.int64)
+        rel[:, 3] = 1000
+        rel[:, 4] = 1000 + np.array([stream_by_sm[k] for k in sm])
+        return rel, sm
+
+    fixed = {0: 100, 1: 200, 2: 300, 3: 400}
+    # The same SMs slow every time, whichever CTA ran where: 1.
+    same = [launch(fixed, [0, 1, 2, 3]), launch(fixed, [3, 2, 1, 0])]
+    assert tp.slow_sm_consistency(same) == pytest.approx(1.0)
+    # The order reversed in the second launch: -1.
+    rev = {k: 500 - v for k, v in fixed.items()}
+    assert tp.slow_sm_consistency([launch(fixed, [0, 1, 2, 3]),
+                                   launch(rev, [0, 1, 2, 3])]) == pytest.approx(-1.0)
+    # One launch, or one SM in common: no answer.
+    assert np.isnan(tp.slow_sm_consistency(same[:1]))
+    assert np.isnan(tp.slow_sm_consistency([launch(fixed, [0]), launch(fixed, [0, 1])]))
+    # relative(): busy CTAs only, times after the first entry, SM ids from column 7.
+    st = np.zeros((3, 8), dtype=np.int64)
+    st[0, :7] = [10, 20, 30, 40, 50, 60, 70]
+    st[1, :7] = [15, 25, 35, 45, 55, 65, 75]
+    st[2, 0] = 12                              # no work
+    st[:, 7] = [5, 9, 7]
+    rel, sm = tp.relative(st.astype(np.int32))
+    assert rel.tolist() == [[0, 10, 20, 30, 40, 50, 60], [5, 15, 25, 35, 45, 55, 65]]
+    assert sm.tolist() == [5, 9]
