@@ -54,7 +54,9 @@ class KernelConfig:
     #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
     wgmma: bool = False
     #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
-    #: the last to arrive adds them, instead of adding them one after another (name: fp32par).
+    #: the same sums are added in the same order once all are in: by the last to arrive on
+    #: tiles of up to 32 rows, by every CTA whose stripe ends in the column, a share each, on
+    #: tiles of 48 rows or more; instead of one CTA after another (name: fp32par).
     parallel_reduce: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
@@ -253,8 +255,9 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
-#: (sm_90a) and two CTAs per SM. Compiled by CI, run by the GPU tests against the serial
-#: reduction; no table dispatches them yet (NOTES.md entry 12).
+#: (sm_90a) and two CTAs per SM, the last-arriver and the shared sum. Compiled by CI, run by
+#: the GPU tests against the serial reduction (NOTES.md entries 12 and 20); the H200 table
+#: dispatches others of the kind.
 PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m4_n4_k8_s4_g8_fp32par", "t256_m2_n8_k16_s4_g8_fp32par", "t256_m4_n8_k16_s4_g8_fp32par",
     "t256_m1_n16_k8_s4_g8_fp32par_sw1_b2", "t256_m1_n16_k16_s4_g8_fp32par_sw2",

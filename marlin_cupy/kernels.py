@@ -42,7 +42,9 @@ _DEFINE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(-?[0-9]+)$")
 def extra_defines() -> str:
     """``#define`` lines from ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT"): compile-time
     switches of cuda/marlin.cuh (its experiments and A/B macros) for every kernel built in
-    this process, e.g. to run the GPU tests on an experimental build. Empty when unset."""
+    this process, e.g. to run the GPU tests on an experimental build. Empty when unset. It is
+    read when a kernel is built: after changing it in a running process, call
+    ``ops.reload_kernels()``."""
     raw = os.environ.get("MARLIN_CUPY_DEFINES", "").strip()
     lines = []
     for item in filter(None, (v.strip() for v in raw.split(","))):
