@@ -5,7 +5,9 @@
 #   bash scripts/h200_records.sh OUTDIR COMMIT
 #
 # OUTDIR receives device_check.json/.md, the bench JSON/markdown/plots, compile_times.json and
-# one tarball of every log; copy them into benchmarks/results/<date>_h200/ and commit.
+# one tarball of every log; copy them into benchmarks/results/<date>_h200/ and commit. That is
+# 8 files, the most the device tool brings back: give it an OUTDIR of its own under $OUT and
+# write nothing else there (a ninth file, e.g. a log of this script, costs the tarball).
 # COMMIT is the commit the tree came from (the GPU machine has no .git).
 set -uo pipefail
 if [ $# -ne 2 ]; then
