@@ -1104,6 +1104,7 @@ struct Marlin {
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
+            // An element past `end` was not loaded: its sum is garbage and is never stored.
             if (c0 - a >= top) {
               sum[u].x += v[a][u].x;
               sum[u].y += v[a][u].y;

@@ -11,7 +11,8 @@ in front (the variant under test, or the old code path kept behind a macro), "B"
 A switch that only reorders work without changing any sum must leave the outputs bitwise
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
 (``bench.harness.Timer``, weights rotated past the L2), in the order A B B A, each build's time
-the mean of its two medians. The A build is swapped in with
+the mean of its two medians. ``--base-define NAME=VALUE`` builds B with its own switch (two
+variants against each other); ``$MARLIN_CUPY_DEFINES`` must be unset. The A build is swapped in with
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.
@@ -19,6 +20,7 @@ kernel dict, so both of their columns timed one build and those A/Bs are void.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -55,10 +57,22 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
     p.add_argument("--top", type=int, default=0)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--base-define", default="",
+                   help="NAME=VALUE for the B build too (two variants against each other; "
+                        "default: B is the shipped build)")
     a = p.parse_args(argv)
+    if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
+        p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds; use --base-define")
     ms = [int(v) for v in a.m.split(",")]
-    name, _, value = a.define.partition("=")
-    prefix = f"#define {name} {value}\n"
+
+    def define_line(spec):
+        name, sep, value = spec.partition("=")
+        if not (sep and name and value):
+            p.error(f"{spec!r} is not NAME=VALUE")
+        return f"#define {name} {value}\n"
+
+    prefix = define_line(a.define)
+    b_prefix = define_line(a.base_define) if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
@@ -72,10 +86,15 @@ def main(argv=None) -> int:
                                and (c.max_m is None or m <= c.max_m)
                                and (c.parallel_reduce or not a.only_par)]
     cfgs = {c for cs in plan.values() for c in cs}
-    jit.warm_cache([(kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
+    jit.warm_cache([(b_prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
                    + [(prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs],
                    os.cpu_count() or 4)
     a_kernels = {c: old_kernel(c, prefix) for c in cfgs}
+    b_kernels = {c: old_kernel(c, b_prefix) for c in cfgs} if b_prefix else {}
+
+    def build_b(cfg):
+        """The B build's launch context: its own kernel with --base-define, else the shipped."""
+        return ops.use_kernel(cfg, b_kernels[cfg]) if b_prefix else contextlib.nullcontext()
 
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
@@ -102,10 +121,12 @@ def main(argv=None) -> int:
                                     y_old = ops.matmul(x, mws[0], config=cfg)
                                     t_old.append(timer.measure(run, copies).stats.median_us)
                             else:
-                                assert ops.plan(m, n, k, a.group_size, config=cfg).kernel \
-                                    is not a_kernels[cfg]
-                                y_new = ops.matmul(x, mws[0], config=cfg)
-                                t_new.append(timer.measure(run, copies).stats.median_us)
+                                with build_b(cfg):
+                                    held = ops.plan(m, n, k, a.group_size, config=cfg).kernel
+                                    assert held is not a_kernels[cfg]
+                                    assert not b_prefix or held is b_kernels[cfg]
+                                    y_new = ops.matmul(x, mws[0], config=cfg)
+                                    t_new.append(timer.measure(run, copies).stats.median_us)
                         t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
                         same = bool(cp.all(y_old == y_new))
                     except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
@@ -132,7 +153,8 @@ def main(argv=None) -> int:
         print(f"M={m}: dispatched configs summed, A {b:.1f} us, B {nb:.1f} us "
               f"({b / nb - 1:+.1%})")
     with open(a.out, "w") as f:
-        json.dump({"kind": "ab_probe", "define": a.define, "sets": a.sets,
+        json.dump({"kind": "ab_probe", "define": a.define, "base_define": a.base_define or None,
+                   "sets": a.sets,
                    "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,
                    "summed_dispatch": {str(m): {"a_us": b, "b_us": nb}
