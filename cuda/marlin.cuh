@@ -41,7 +41,8 @@
 // counts in with a `red` it does not wait for. A barrier followed by a GPU-scope release of
 // one thread publishes the stores of every thread before the barrier (release is cumulative;
 // PTX ISA, memory consistency model). Same partials, same order of the sums. 2: only the
-// lighter publication; the last CTA to arrive sums, the bottom included.
+// lighter publication; the last CTA to arrive sums, the bottom included. 3: 1 on the mma.sync
+// tiles, 2 on the wgmma ones (the shared-sum tiles take the light publication in all three).
 #ifndef MARLIN_LIGHT_FENCE
 #define MARLIN_LIGHT_FENCE 0
 #endif
@@ -1172,16 +1173,17 @@ struct Marlin {
       if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
     }
-#if MARLIN_LIGHT_FENCE == 2
-    // Variant 2: only the barrier and the one release; whoever arrives last sums, as before.
-    int last = 0;
-    if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
-    (void)stripe_end;
-    (void)bottom_ends;
-    if (!__syncthreads_or(last)) return;
-    sum_column(acc, slab, n_tile, top, bottom);
-    return;
-#endif
+    // Variant 2 everywhere, and variant 3 on the wgmma last-arriver tiles (where variant 1
+    // lost, NOTES.md entry 22): only the barrier and the one release; whoever arrives last
+    // sums, as before, the bottom included.
+    constexpr bool BOTTOM_MARKS =
+        MARLIN_LIGHT_FENCE == 1 || (MARLIN_LIGHT_FENCE == 3 && !WGMMA);
+    if constexpr (!BOTTOM_MARKS) {
+      int last = 0;
+      if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
+      if (__syncthreads_or(last)) sum_column(acc, slab, n_tile, top, bottom);
+      return;
+    }
     if (!stripe_end) {      // the column's bottom, its stripe goes on: it never sums
       if (tid == 0) red_add_release_gpu(locks + top, BOTTOM_MARK);
       return;
