@@ -27,7 +27,7 @@
 #endif
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column of a tile of 48 or
-// more rows (benchmarks/NOTES.md entry 19; smaller tiles always take the second way).
+// more rows (benchmarks/NOTES.md entry 20; smaller tiles always take the second way).
 // 1: every CTA that reaches the column at the end of its stripe waits until all partials are
 // in, then sums and writes its own share of the tile. 0: the last CTA to arrive sums and
 // writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
@@ -1049,13 +1049,15 @@ struct Marlin {
   // reaches the end of its stripe, without waiting on anything. The counter: each of the
   // column's CTAs adds 1 (all partials are in at `count`), then each waiter adds 1 when its
   // share is written; the last re-arms it to 0 for the next launch.
+  //
+  // Which tiles share the sum (measured, NOTES.md entry 20): from 48 rows on, where a partial
+  // is 24-64 KB and one CTA reading 3-9 of them was the kernel's tail. On the smaller tiles
+  // the waiters' extra round trips (seeing the count, re-arming) cost more than the shared
+  // sum saves (4-7 % slower summed at M = 1..16).
+  //
   // Loads in flight per thread: COOP_UNROLL elements x COOP_AHEAD partials. The 48-row
   // and 64-row mma.sync tiles (WM >= 2) sit at the register limit and spill with 16 (on
   // sm_90 or sm_80); they take 4.
-  // Which tiles share the sum (measured, NOTES.md entry 19): from 48 rows on, where a partial
-  // is 24-64 KB and one CTA reading 3-9 of them was the kernel's tail. On the smaller tiles
-  // the waiters' extra round trips (seeing the count, re-arming) cost more than the shared
-  // sum saves (5-13 % slower at M = 1..16).
   static constexpr bool COOP = PAR_REDUCE && MARLIN_PAR_COOP && TILE_M >= 48;
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
