@@ -1134,6 +1134,12 @@ struct Marlin {
     }
   }
 
+  // Does the stripe of the CTA holding the bottom of the column starting at unit `first` end
+  // exactly with the column? (Then that CTA ends its stripe there like the others.)
+  __device__ __forceinline__ bool bottom_ends_column(int first, int bottom) const {
+    return min((bottom + 1) * iters, k_tiles * n_tiles * parallel) == first + k_tiles;
+  }
+
   // After the main loop: if the stripe ended inside a split column, this CTA is one of its
   // waiters (it counted in at finish_split_column).
   template <int NF>
@@ -1144,9 +1150,7 @@ struct Marlin {
     const int bottom = (first + k_tiles - 1) / iters;
     if (top == bottom) return;
     const int count = bottom - top + 1;
-    const bool bottom_waits =
-        min((bottom + 1) * iters, k_tiles * n_tiles * parallel) == first + k_tiles;
-    const int waiters = bottom - top + (bottom_waits ? 1 : 0);
+    const int waiters = bottom - top + (bottom_ends_column(first, bottom) ? 1 : 0);
     if (tid == 0) {
       while (ld_acquire_gpu(locks + top) < count) {
       }
@@ -1164,8 +1168,7 @@ struct Marlin {
 
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom, bool stripe_end,
-                                                      bool bottom_ends) {
+                                                      int bottom, bool bottom_ends) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
@@ -1186,7 +1189,8 @@ struct Marlin {
       if (__syncthreads_or(last)) sum_column(acc, slab, n_tile, top, bottom);
       return;
     }
-    if (!stripe_end) {      // the column's bottom, its stripe goes on: it never sums
+    // The column's bottom whose stripe goes on past it: it never sums.
+    if (static_cast<int>(blockIdx.x) == bottom && !bottom_ends) {
       if (tid == 0) red_add_release_gpu(locks + top, BOTTOM_MARK);
       return;
     }
@@ -1205,7 +1209,6 @@ struct Marlin {
     }
     sum_column(acc, slab, n_tile, top, bottom);
 #else
-    (void)stripe_end;
     (void)bottom_ends;
     __threadfence();
     __syncthreads();
@@ -1250,10 +1253,7 @@ struct Marlin {
       return;
     }
     if constexpr (PAR_REDUCE) {
-      // Does the bottom CTA's stripe end exactly with the column?
-      const bool bottom_ends =
-          min((bottom + 1) * iters, k_tiles * n_tiles * parallel) == first + k_tiles;
-      finish_split_column(acc, slab, n_tile, top, bottom, c.unit == unit_end - 1, bottom_ends);
+      finish_split_column(acc, slab, n_tile, top, bottom, bottom_ends_column(first, bottom));
       return;
     }
     const int count = bottom - top + 1;

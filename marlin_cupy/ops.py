@@ -84,15 +84,22 @@ def workspace(stream=None) -> Workspace:
     return ws
 
 
+def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = ""):
+    """The compiled instance, ready to launch, from ``prefix`` (e.g. ``"#define MARLIN_PROBE
+    4\n"``, for probe and A/B builds; see ``use_kernel``) + its source, for its own target."""
+    module = jit.load_module(prefix + kernels.marlin_source(cfg, has_zp),
+                             arch_suffix=cfg.arch_suffix)
+    ker = module.get_function(kernels.marlin_entry(cfg, has_zp))
+    ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
+    return ker
+
+
 def _kernel(cfg: KernelConfig, has_zp: bool):
     cp = _cupy()
     key = (cp.cuda.Device().id, cfg, has_zp)
     ker = _kernels.get(key)
     if ker is None:
-        module = jit.load_module(kernels.marlin_source(cfg, has_zp), arch_suffix=cfg.arch_suffix)
-        ker = module.get_function(kernels.marlin_entry(cfg, has_zp))
-        ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
-        _kernels[key] = ker
+        ker = _kernels[key] = build_kernel(cfg, has_zp)
     return ker
 
 

@@ -122,6 +122,17 @@ def measured_configs(device_name: str, m: int, n: int, k: int, top: int) -> list
     return [KernelConfig.from_name(r["config"]) for r in rows[:top]]
 
 
+def probe_configs(device_name: str, m: int, n: int, k: int, group_size: int, top: int) -> list:
+    """The config ``matmul`` dispatches for (M, N, K), then the ``top`` fastest that the
+    shipped table measured there (``measured_configs``), without repeats, each one that fits
+    the layer and M: what the probe scripts time."""
+    from .ops import plan
+    cfgs = dict.fromkeys([plan(m, n, k, group_size).config]
+                         + measured_configs(device_name, m, n, k, top))
+    return [c for c in cfgs if not (n % c.tile_n or k % c.tile_k)
+            and (c.max_m is None or m <= c.max_m)]
+
+
 def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
     """Whether the instance spills registers: on the current GPU, or compiled offline for ``arch``.
 
@@ -254,7 +265,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
 
 
 def main(argv=None) -> int:
-    from .bench.shapes import SHAPE_SETS
+    from .bench.shapes import set_shapes
     p = argparse.ArgumentParser(prog="python -m marlin_cupy.tune", description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b",
                    help="comma-separated shape sets to tune")
@@ -296,11 +307,10 @@ def main(argv=None) -> int:
     if reason:
         print(f"marlin_cupy.tune: no GPU ({reason}); nothing was tuned.", file=sys.stderr)
         return 2
-    shapes = []
-    for s in filter(None, a.sets.split(",")):
-        if s not in SHAPE_SETS:
-            p.error(f"unknown set {s!r}; choose from {', '.join(SHAPE_SETS)}")
-        shapes += [tuple(x) for x in SHAPE_SETS[s]]
+    try:
+        shapes = set_shapes(a.sets) if a.sets.strip() else []
+    except ValueError as e:
+        p.error(str(e))
     for item in filter(None, a.shapes.split(";")):
         k, n = (int(v) for v in item.split(","))
         shapes.append((k, n))

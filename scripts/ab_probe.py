@@ -34,19 +34,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy import jit, kernels, ops  # noqa: E402
-from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
-from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
-from marlin_cupy.config import KernelConfig  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases  # noqa: E402
+from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
-from marlin_cupy.tune import measured_configs, shipped_path  # noqa: E402
-
-def old_kernel(cfg: KernelConfig, prefix: str):
-    src = prefix + kernels.marlin_source(cfg, False)
-    ker = jit.load_module(src, arch_suffix=cfg.arch_suffix).get_function(
-        kernels.marlin_entry(cfg, False))
-    ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
-    return ker
-
+from marlin_cupy.tune import probe_configs, shipped_path  # noqa: E402
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
@@ -75,22 +66,16 @@ def main(argv=None) -> int:
     b_prefix = define_line(a.base_define) if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
-    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
-    plan = {}
-    for (k, n) in shapes:
-        for m in ms:
-            base = ops.plan(m, n, k, a.group_size).config
-            cfgs = list(dict.fromkeys(
-                [base] + measured_configs(facts["name"], m, n, k, a.top)))
-            plan[(k, n, m)] = [c for c in cfgs if not (n % c.tile_n or k % c.tile_k)
-                               and (c.max_m is None or m <= c.max_m)
-                               and (c.parallel_reduce or not a.only_par)]
+    shapes = set_shapes(a.sets)
+    plan = {(k, n, m): [c for c in probe_configs(facts["name"], m, n, k, a.group_size, a.top)
+                        if c.parallel_reduce or not a.only_par]
+            for (k, n) in shapes for m in ms}
     cfgs = {c for cs in plan.values() for c in cs}
     jit.warm_cache([(b_prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
                    + [(prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs],
                    os.cpu_count() or 4)
-    a_kernels = {c: old_kernel(c, prefix) for c in cfgs}
-    b_kernels = {c: old_kernel(c, b_prefix) for c in cfgs} if b_prefix else {}
+    a_kernels = {c: ops.build_kernel(c, prefix=prefix) for c in cfgs}
+    b_kernels = {c: ops.build_kernel(c, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
         """The B build's launch context: its own kernel with --base-define, else the shipped."""
@@ -100,48 +85,43 @@ def main(argv=None) -> int:
     rows, mismatches = [], 0
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
-        for (k, n) in shapes:
-            mws = random_weight_rotation(k, n, a.group_size, rng)
+        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
             copies = len(mws)
-            for m in ms:
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for cfg in plan[(k, n, m)]:
-                    row = {"k": k, "n": n, "m": m, "config": cfg.name}
-                    try:
-                        run = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
-                        t_old, t_new = [], []
-                        # A B B A: a drift of the clock or the memory over the four
-                        # measurements falls on both builds alike.
-                        for build in "ABBA":
-                            if build == "A":
-                                with ops.use_kernel(cfg, a_kernels[cfg]):
-                                    # The launch path must really take the A build.
-                                    assert ops.plan(m, n, k, a.group_size,
-                                                    config=cfg).kernel is a_kernels[cfg]
-                                    y_old = ops.matmul(x, mws[0], config=cfg)
-                                    t_old.append(timer.measure(run, copies).stats.median_us)
-                            else:
-                                with build_b(cfg):
-                                    held = ops.plan(m, n, k, a.group_size, config=cfg).kernel
-                                    assert held is not a_kernels[cfg]
-                                    assert not b_prefix or held is b_kernels[cfg]
-                                    y_new = ops.matmul(x, mws[0], config=cfg)
-                                    t_new.append(timer.measure(run, copies).stats.median_us)
-                        t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
-                        same = bool(cp.all(y_old == y_new))
-                    except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
-                        rows.append(dict(row, error=repr(e)))
-                        print(f"{k}x{n} m={m} {cfg.name}: ERROR {e!r}", flush=True)
-                        mismatches += 1
-                        continue
-                    mismatches += not same
-                    rows.append(dict(row, a_us=t_old, b_us=t_new, equal=same,
-                                     dispatch=cfg == ops.plan(m, n, k, a.group_size).config))
-                    print(f"{k}x{n} m={m} {cfg.name}: A {t_old:.1f} us, B "
-                          f"{t_new:.1f} us ({t_old / t_new - 1:+.1%}){'' if same else '  MISMATCH'}",
-                          flush=True)
-            del mws
-            cp.get_default_memory_pool().free_all_blocks()
+            for cfg in plan[(k, n, m)]:
+                row = {"k": k, "n": n, "m": m, "config": cfg.name}
+                try:
+                    run = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
+                    t_old, t_new = [], []
+                    # A B B A: a drift of the clock or the memory over the four
+                    # measurements falls on both builds alike.
+                    for build in "ABBA":
+                        if build == "A":
+                            with ops.use_kernel(cfg, a_kernels[cfg]):
+                                # The launch path must really take the A build.
+                                assert ops.plan(m, n, k, a.group_size,
+                                                config=cfg).kernel is a_kernels[cfg]
+                                y_old = ops.matmul(x, mws[0], config=cfg)
+                                t_old.append(timer.measure(run, copies).stats.median_us)
+                        else:
+                            with build_b(cfg):
+                                held = ops.plan(m, n, k, a.group_size, config=cfg).kernel
+                                assert held is not a_kernels[cfg]
+                                assert not b_prefix or held is b_kernels[cfg]
+                                y_new = ops.matmul(x, mws[0], config=cfg)
+                                t_new.append(timer.measure(run, copies).stats.median_us)
+                    t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
+                    same = bool(cp.all(y_old == y_new))
+                except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                    rows.append(dict(row, error=repr(e)))
+                    print(f"{k}x{n} m={m} {cfg.name}: ERROR {e!r}", flush=True)
+                    mismatches += 1
+                    continue
+                mismatches += not same
+                rows.append(dict(row, a_us=t_old, b_us=t_new, equal=same,
+                                 dispatch=cfg == ops.plan(m, n, k, a.group_size).config))
+                print(f"{k}x{n} m={m} {cfg.name}: A {t_old:.1f} us, B "
+                      f"{t_new:.1f} us ({t_old / t_new - 1:+.1%}){'' if same else '  MISMATCH'}",
+                      flush=True)
     summ = {}
     for r in rows:
         if "error" in r or not r["dispatch"]:

@@ -8,7 +8,6 @@ Exploration tool for benchmarks/NOTES.md; the probe builds compute garbage by de
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import cupy as cp
@@ -68,10 +67,7 @@ def main():
         return float(np.median(t)), float(np.percentile(t, 20)), float(np.percentile(t, 80))
 
     def probe_kernel(cfg, probe):
-        src = f"#define MARLIN_PROBE {probe}\n" + kernels.marlin_source(cfg, False)
-        ker = jit.load_module(src).get_function(kernels.marlin_entry(cfg, False))
-        ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
-        return ker
+        return ops.build_kernel(cfg, prefix=f"#define MARLIN_PROBE {probe}\n")
 
     extra_cfgs = {"t256_m1_n16_k8_s4_g8_fp32", "t256_m1_n16_k8_s8_g8_fp32",
                   "t256_m1_n16_k16_s4_g8_fp32", "t512_m1_n16_k8_s4_g8_fp32",
@@ -94,7 +90,8 @@ def main():
                 tuned, cfgs = plan_cfgs(m, n, k)
                 for cfg in cfgs:
                     for p in probes_for(cfg, tuned):
-                        sources.add(f"#define MARLIN_PROBE {p}\n" + kernels.marlin_source(cfg))
+                        sources.add((f"#define MARLIN_PROBE {p}\n" + kernels.marlin_source(cfg),
+                                     cfg.arch_suffix))
     jit.warm_cache(sorted(sources), 16)
     print(f"compiled {len(sources)} builds in {time.time() - t_start:.0f} s", flush=True)
     rows = []

@@ -6,7 +6,7 @@
 For every layer and M (use the buckets' own M: 8, 16, 32, 64, 128): the default dispatch, then
 the ``--top`` fastest configs that the shipped tuned table measured for that layer and M bucket
 (its ``measurements``), each run with the
-serial reduction (as tuned) and with ``parallel_reduce=True``. The two must agree in value: they
+serial reduction and with ``parallel_reduce=True`` (a table entry may be either). The two must agree in value: they
 add the same partials in the same order (a mismatch is recorded and counted). Timing is the
 tuner's method (``bench.harness.Timer``, weights rotated past the L2).
 """
@@ -26,10 +26,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy import kernels, ops  # noqa: E402
-from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
-from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases  # noqa: E402
+from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
-from marlin_cupy.tune import measured_configs, shipped_path  # noqa: E402
+from marlin_cupy.tune import probe_configs, shipped_path  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -43,46 +43,40 @@ def main(argv=None) -> int:
     ms = [int(v) for v in a.m.split(",")]
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
-    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
-    plan = {}
-    for (k, n) in shapes:
-        for m in ms:
-            base = ops.plan(m, n, k, a.group_size).config
-            serial = list(dict.fromkeys(
-                [base] + measured_configs(facts["name"], m, n, k, a.top)))
-            plan[(k, n, m)] = [(c, c.with_(parallel_reduce=True)) for c in serial
-                               if c.fp32_reduce and not (n % c.tile_n or k % c.tile_k)]
+    shapes = set_shapes(a.sets)
+    # Each FP32-reduce config as its serial and parallel twins (the table's own entries are
+    # often the parallel one already).
+    plan = {(k, n, m): list(dict.fromkeys(
+                (c.with_(parallel_reduce=False), c.with_(parallel_reduce=True))
+                for c in probe_configs(facts["name"], m, n, k, a.group_size, a.top)
+                if c.fp32_reduce))
+            for (k, n) in shapes for m in ms}
     kernels.warm_instantiated(os.cpu_count() or 4,
                               {c for ps in plan.values() for pair in ps for c in pair})
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
-        for (k, n) in shapes:
-            mws = random_weight_rotation(k, n, a.group_size, rng)
+        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
             copies = len(mws)
-            for m in ms:
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for serial, par in plan[(k, n, m)]:
-                    row = {"k": k, "n": n, "m": m, "config": serial.name}
-                    try:
-                        same = bool(cp.all(ops.matmul(x, mws[0], config=serial)
-                                           == ops.matmul(x, mws[0], config=par)))
-                        ts = timer.measure(lambda i: ops.matmul(x, mws[i], config=serial),
-                                           copies).stats.median_us
-                        tp = timer.measure(lambda i: ops.matmul(x, mws[i], config=par),
-                                           copies).stats.median_us
-                    except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
-                        rows.append(dict(row, error=repr(e)))
-                        print(f"{k}x{n} m={m} {serial.name}: ERROR {e!r}", flush=True)
-                        continue
-                    mismatches += not same
-                    rows.append(dict(row, serial_us=ts, parallel_us=tp, equal=same,
-                                     dispatch=serial == ops.plan(m, n, k, a.group_size).config))
-                    print(f"{k}x{n} m={m} {serial.name}: serial {ts:.1f} us, parallel {tp:.1f} us"
-                          f"{'' if same else '  MISMATCH'}", flush=True)
-            del mws
-            cp.get_default_memory_pool().free_all_blocks()
+            for serial, par in plan[(k, n, m)]:
+                row = {"k": k, "n": n, "m": m, "config": serial.name}
+                try:
+                    same = bool(cp.all(ops.matmul(x, mws[0], config=serial)
+                                       == ops.matmul(x, mws[0], config=par)))
+                    ts = timer.measure(lambda i: ops.matmul(x, mws[i], config=serial),
+                                       copies).stats.median_us
+                    tp = timer.measure(lambda i: ops.matmul(x, mws[i], config=par),
+                                       copies).stats.median_us
+                except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                    rows.append(dict(row, error=repr(e)))
+                    print(f"{k}x{n} m={m} {serial.name}: ERROR {e!r}", flush=True)
+                    continue
+                mismatches += not same
+                rows.append(dict(row, serial_us=ts, parallel_us=tp, equal=same,
+                                 dispatch=serial == ops.plan(m, n, k, a.group_size).config))
+                print(f"{k}x{n} m={m} {serial.name}: serial {ts:.1f} us, parallel {tp:.1f} us"
+                      f"{'' if same else '  MISMATCH'}", flush=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "reduce_probe", "sets": a.sets, "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,

@@ -43,19 +43,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy import jit, kernels, ops  # noqa: E402
-from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation  # noqa: E402
-from marlin_cupy.bench.shapes import SHAPE_SETS  # noqa: E402
+from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases  # noqa: E402
+from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 
 PROBE = "#define MARLIN_PROBE 4\n"
-
-
-def probe_kernel(cfg):
-    src = PROBE + kernels.marlin_source(cfg, False)
-    ker = jit.load_module(src, arch_suffix=cfg.arch_suffix).get_function(
-        kernels.marlin_entry(cfg, False))
-    ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
-    return ker
 
 
 PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
@@ -118,7 +110,7 @@ def main(argv=None) -> int:
                         "and SM ids in the JSON")
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
-    shapes = list(dict.fromkeys(tuple(s) for st in a.sets.split(",") for s in SHAPE_SETS[st]))
+    shapes = set_shapes(a.sets)
     cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
     jit.warm_cache([(PROBE + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
     rng = np.random.default_rng(0)
@@ -126,44 +118,39 @@ def main(argv=None) -> int:
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
-        for (k, n) in shapes:
-            mws = random_weight_rotation(k, n, a.group_size, rng)
+        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
             copies = len(mws)
-            for m in ms:
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                plan = ops.plan(m, n, k, a.group_size)
-                cfg = plan.config
-                t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
-                with ops.use_kernel(cfg, probe_kernel(cfg)):
-                    locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
-                    per, raw = [], []
-                    for i in range(a.launches):
-                        locks[plan.grid:].fill(0)
-                        timer.spin(200.0)
-                        ev0.record(stream)
-                        ops.matmul(x, mws[i % copies])
-                        ev1.record(stream)
-                        ev1.synchronize()
-                        st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
-                        per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
-                        raw.append(relative(st))
-                row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
-                       "real_median_us": t_real}
-                for key in per[0]:
-                    row[key] = float(np.median([q[key] for q in per]))
-                row["slow_sm_consistency"] = slow_sm_consistency(raw)
-                if a.raw:
-                    row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
-                rows.append(row)
-                write(a.out, rows)      # after every row: a run cut short keeps what it measured
-                print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
-                      f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
-                      + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
-                                  for p in PARTS)
-                      + f", imbalance {row['imbalance'] / 1e3:.2f}, slow-SM rank correlation "
-                      f"{row['slow_sm_consistency']:.2f}", flush=True)
-            del mws
-            cp.get_default_memory_pool().free_all_blocks()
+            plan = ops.plan(m, n, k, a.group_size)
+            cfg = plan.config
+            t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
+            with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=PROBE)):
+                locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
+                per, raw = [], []
+                for i in range(a.launches):
+                    locks[plan.grid:].fill(0)
+                    timer.spin(200.0)
+                    ev0.record(stream)
+                    ops.matmul(x, mws[i % copies])
+                    ev1.record(stream)
+                    ev1.synchronize()
+                    st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
+                    per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
+                    raw.append(relative(st))
+            row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
+                   "real_median_us": t_real}
+            for key in per[0]:
+                row[key] = float(np.median([q[key] for q in per]))
+            row["slow_sm_consistency"] = slow_sm_consistency(raw)
+            if a.raw:
+                row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
+            rows.append(row)
+            write(a.out, rows)      # after every row: a run cut short keeps what it measured
+            print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
+                  f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
+                  + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
+                              for p in PARTS)
+                  + f", imbalance {row['imbalance'] / 1e3:.2f}, slow-SM rank correlation "
+                  f"{row['slow_sm_consistency']:.2f}", flush=True)
     write(a.out, rows)
     return 0
 

@@ -15,12 +15,11 @@ import json
 import os
 import sys
 
-import cupy as cp
 import numpy as np
 
 from marlin_cupy import kernels, ops
-from marlin_cupy.bench.harness import Timer, bench_stream, random_weight_rotation, relative_error
-from marlin_cupy.bench.shapes import SHAPE_SETS
+from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases, relative_error
+from marlin_cupy.bench.shapes import set_shapes
 from marlin_cupy.config import KernelConfig
 from marlin_cupy.records import environment
 from marlin_cupy.tune import candidates
@@ -38,7 +37,7 @@ def main(argv=None) -> int:
     ms = [int(v) for v in a.m.split(",")]
     extra = [KernelConfig.from_name(n) for n in filter(None, a.extra.split(","))]
     facts = ops.device_facts()
-    shapes = [tuple(s) for s in SHAPE_SETS[a.set]]
+    shapes = set_shapes(a.set)
     plan = {}
     for (k, n) in shapes:
         for m in ms:
@@ -52,35 +51,30 @@ def main(argv=None) -> int:
     rows = []
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
-        for (k, n) in shapes:
-            mws = random_weight_rotation(k, n, a.group_size, rng)
+        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
             copies = len(mws)
-            for m in ms:
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                ref = ops.matmul(x, mws[0])
-                base = ops.plan(m, n, k, a.group_size).config
-                t = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
-                rows.append({"k": k, "n": n, "m": m, "config": "dispatch",
-                             "dispatch_config": base.name, "median_us": t})
-                print(f"{k}x{n} m={m} dispatch {base.name}: {t:.1f} us", flush=True)
-                for cfg in plan[(k, n, m)]:
-                    res = [ops.kernel_resources(cfg, False)]
-                    try:
-                        out = ops.matmul(x, mws[0], config=cfg)
-                        err = float(relative_error(out, ref))
-                        t = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
-                                          copies).stats.median_us
-                    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-                        rows.append({"k": k, "n": n, "m": m, "config": cfg.name, "error": repr(e)})
-                        continue
-                    rows.append({"k": k, "n": n, "m": m, "config": cfg.name, "median_us": t,
-                                 "rel_err_vs_dispatch": err,
-                                 "registers": res[0]["registers"],
-                                 "spill_bytes": res[0]["spill_bytes"]})
-                    print(f"  {cfg.name}: {t:.1f} us err {err:.1e} regs {res[0]['registers']} "
-                          f"spill {res[0]['spill_bytes']}", flush=True)
-            del mws
-            cp.get_default_memory_pool().free_all_blocks()
+            ref = ops.matmul(x, mws[0])
+            base = ops.plan(m, n, k, a.group_size).config
+            t = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
+            rows.append({"k": k, "n": n, "m": m, "config": "dispatch",
+                         "dispatch_config": base.name, "median_us": t})
+            print(f"{k}x{n} m={m} dispatch {base.name}: {t:.1f} us", flush=True)
+            for cfg in plan[(k, n, m)]:
+                res = [ops.kernel_resources(cfg, False)]
+                try:
+                    out = ops.matmul(x, mws[0], config=cfg)
+                    err = float(relative_error(out, ref))
+                    t = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
+                                      copies).stats.median_us
+                except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                    rows.append({"k": k, "n": n, "m": m, "config": cfg.name, "error": repr(e)})
+                    continue
+                rows.append({"k": k, "n": n, "m": m, "config": cfg.name, "median_us": t,
+                             "rel_err_vs_dispatch": err,
+                             "registers": res[0]["registers"],
+                             "spill_bytes": res[0]["spill_bytes"]})
+                print(f"  {cfg.name}: {t:.1f} us err {err:.1e} regs {res[0]['registers']} "
+                      f"spill {res[0]['spill_bytes']}", flush=True)
     env = environment()
     with open(a.out, "w") as f:
         json.dump({"kind": "wgmma_probe", "set": a.set, "environment": env, "rows": rows}, f,

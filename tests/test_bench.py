@@ -456,3 +456,13 @@ def test_import_needs_neither_cupy_nor_torch():
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_set_shapes_distinct_layers_in_order_and_unknown_sets_refused():
+    both = shapes.set_shapes("llama2-7b, llama2-7b,llama2-13b")
+    assert both == list(dict.fromkeys(
+        tuple(s) for name in ("llama2-7b", "llama2-13b") for s in shapes.SHAPE_SETS[name]))
+    assert shapes.set_shapes("llama2-70b")[0] == tuple(shapes.SHAPE_SETS["llama2-70b"][0])
+    for bad in ("", "llama3", "llama2-7b,ideal"):
+        with pytest.raises(ValueError, match="unknown shape set"):
+            shapes.set_shapes(bad)

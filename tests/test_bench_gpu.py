@@ -241,3 +241,25 @@ def test_random_weight_rotation_clears_the_l2():
     assert len(mws) * k * n // 2 >= harness.L2_FACTOR * l2
     assert len({int(mw.qweight.data.ptr) for mw in mws}) == len(mws)
     assert all(cp.array_equal(mw.qweight, mws[0].qweight) for mw in mws[1:])
+
+
+def test_layer_cases_one_rotation_per_layer_and_activations_per_m():
+    rng = np.random.default_rng(0)
+    cases = list(harness.layer_cases([(256, 128), (512, 256)], (1, 5), 128, rng))
+    assert [(k, n, m) for k, n, m, _, _ in cases] == [
+        (256, 128, 1), (256, 128, 5), (512, 256, 1), (512, 256, 5)]
+    for k, n, m, x, mws in cases:
+        assert x.shape == (m, k) and x.dtype == cp.float16
+        assert mws[0].qweight.shape == (k // 16, n * 2)
+    assert cases[0][4] is cases[1][4] and cases[2][4] is cases[3][4]
+
+
+def test_probe_configs_start_with_the_dispatch_and_fit_the_layer():
+    from marlin_cupy import ops, tune
+    name = ops.device_facts()["name"]
+    for m, n, k in ((1, 4096, 4096), (64, 12288, 4096), (40, 5120, 5120)):
+        cfgs = tune.probe_configs(name, m, n, k, 128, 5)
+        assert cfgs[0] == ops.plan(m, n, k, 128).config
+        assert len(cfgs) == len(set(cfgs))
+        assert all(n % c.tile_n == 0 and k % c.tile_k == 0 for c in cfgs)
+        assert all(c.max_m is None or m <= c.max_m for c in cfgs)

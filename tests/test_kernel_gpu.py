@@ -227,7 +227,7 @@ class TestDeterminismAndWorkspace:
     def test_use_kernel_swaps_the_launched_build_and_restores_it(self):
         # Plans hold their kernel: a probe that swapped only the kernel dict timed the same
         # build twice (benchmarks/NOTES.md, entries 14 and 17).
-        from marlin_cupy import jit, kernels, ops
+        from marlin_cupy import ops
         cfg = KernelConfig.from_name("t128_m1_n4_k8_s4_g8_fp32")
         rng = np.random.default_rng(15)
         qw = make_weight(rng, 1024, 512, 128)
@@ -235,9 +235,8 @@ class TestDeterminismAndWorkspace:
         x = cp.asarray(rng.standard_normal((9, 1024)).astype(np.float16))
         shipped = ops.plan(9, 512, 1024, 128, config=cfg).kernel
         # Another module of the same code (the prefix only changes the source text).
-        other = jit.load_module("#define MARLIN_PROBE 0\n" + kernels.marlin_source(cfg)) \
-            .get_function(kernels.marlin_entry(cfg))
-        other.max_dynamic_shared_size_bytes = cfg.smem_bytes(False)
+        other = ops.build_kernel(cfg, prefix="#define MARLIN_PROBE 0\n")
+        assert other is not shipped
         with ops.use_kernel(cfg, other):
             assert ops.plan(9, 512, 1024, 128, config=cfg).kernel is other
             judge(cp.asnumpy(x), qw, mc.matmul(x, mw, config=cfg))

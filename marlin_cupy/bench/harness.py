@@ -105,6 +105,19 @@ def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int 
     return [host.to_device() for _ in range(rotation_copies(k * n // 2, l2, cap_bytes))]
 
 
+def layer_cases(shapes, ms, group_size: int, rng):
+    """The probe scripts' loop: for each layer (K, N), its random weights rotated past the L2
+    (``random_weight_rotation``, built once per layer), then for each M ``(k, n, m, x, mws)``
+    with random fp16 activations ``x`` [M, K]. The memory pool is emptied between layers."""
+    import cupy as cp
+    for k, n in shapes:
+        mws = random_weight_rotation(k, n, group_size, rng)
+        for m in ms:
+            yield k, n, m, cp.asarray(rng.standard_normal((m, k)).astype(np.float16)), mws
+        del mws
+        cp.get_default_memory_pool().free_all_blocks()
+
+
 def reuse_bytes(copies: int, weight_bytes: int) -> int:
     """Weight bytes read between two reads of the same weight byte, rotating over ``copies``."""
     return copies * weight_bytes

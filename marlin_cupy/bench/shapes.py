@@ -93,6 +93,17 @@ def parse_sets(text: str) -> tuple:
     return tuple(dict.fromkeys(names))
 
 
+def set_shapes(text: str) -> list:
+    """The distinct (K, N) layers of the named fixed sets, in order (``"llama2-7b,llama2-70b"``),
+    for the probe scripts and the tuner."""
+    names = [t.strip() for t in str(text).split(",") if t.strip()]
+    unknown = [s for s in names if s not in SHAPE_SETS]
+    if unknown or not names:
+        raise ValueError(f"unknown shape set(s) {unknown or [text]}; choose from "
+                         f"{', '.join(SHAPE_SETS)}")
+    return list(dict.fromkeys(tuple(s) for name in names for s in SHAPE_SETS[name]))
+
+
 def check_shape(k: int, n: int, group_size: int) -> None:
     """The harness's own needs: K a multiple of 16 (Marlin tiles, GPTQ words) and of the group size.
 
