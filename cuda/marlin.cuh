@@ -35,18 +35,6 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
-// Experiment (benchmarks/NOTES.md entry 22), off (0) in every shipped build: the cross-CTA
-// hand-overs publish a CTA's partial with a barrier and one release by thread 0 instead of a
-// fence by every thread, and a split column's bottom CTA, whose stripe goes on past it,
-// counts in with a `red` it does not wait for. A barrier followed by a GPU-scope release of
-// one thread publishes the stores of every thread before the barrier (release is cumulative;
-// PTX ISA, memory consistency model). Same partials, same order of the sums. 2: only the
-// lighter publication; the last CTA to arrive sums, the bottom included. 3: 1 on the mma.sync
-// tiles, 2 on the wgmma ones (the shared-sum tiles take the light publication in all three).
-#ifndef MARLIN_LIGHT_FENCE
-#define MARLIN_LIGHT_FENCE 0
-#endif
-
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -1162,65 +1150,26 @@ struct Marlin {
     if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
   }
 
-  // MARLIN_LIGHT_FENCE: a bottom CTA that goes on adds BOTTOM_MARK, the others 1, so the last
-  // of the CTAs that end their stripe in the column can tell whether the bottom is in yet.
-  static constexpr int BOTTOM_MARK = 1 << 16;
-
+  // Publication of a partial (NOTES.md entries 22-23): a barrier, then one GPU-scope release
+  // by thread 0 (its atomic). A release is cumulative: the barrier orders every thread's
+  // scratch stores before it, so they are visible to whoever acquires the counter (PTX ISA,
+  // memory consistency model). No thread fences alone; a fence in every thread was 1.2-1.8 %
+  // slower summed at M = 1..128.
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom, bool bottom_ends) {
+                                                      int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
-#if MARLIN_LIGHT_FENCE
     __syncthreads();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
       if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
     }
-    // Variant 2 everywhere, and variant 3 on the wgmma last-arriver tiles (where variant 1
-    // lost, NOTES.md entry 22): only the barrier and the one release; whoever arrives last
-    // sums, as before, the bottom included.
-    constexpr bool BOTTOM_MARKS =
-        MARLIN_LIGHT_FENCE == 1 || (MARLIN_LIGHT_FENCE == 3 && !WGMMA);
-    if constexpr (!BOTTOM_MARKS) {
-      int last = 0;
-      if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
-      if (__syncthreads_or(last)) sum_column(acc, slab, n_tile, top, bottom);
-      return;
-    }
-    // The column's bottom whose stripe goes on past it: it never sums.
-    if (static_cast<int>(blockIdx.x) == bottom && !bottom_ends) {
-      if (tid == 0) red_add_release_gpu(locks + top, BOTTOM_MARK);
-      return;
-    }
-    // The CTAs that end their stripe here: the top, the middle ones, and the bottom if its
-    // stripe ends with the column. Their last sums, once the bottom is in.
-    const int enders = bottom - top + (bottom_ends ? 1 : 0);
-    int before = 0;
-    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
-    if (!__syncthreads_or(tid == 0 && before % BOTTOM_MARK == enders - 1)) return;
-    if (!bottom_ends) {
-      if (tid == 0) {
-        while (ld_acquire_gpu(locks + top) < BOTTOM_MARK) {
-        }
-      }
-      __syncthreads();
-    }
-    sum_column(acc, slab, n_tile, top, bottom);
-#else
-    (void)bottom_ends;
-    __threadfence();
-    __syncthreads();
-    int before = 0;
-    if (tid == 0) before = atom_add_acq_rel_gpu(locks + top, 1);
-    // COOP: the waiters sum after their main loop (coop_finish), where none of its state is
-    // live. Otherwise the last to arrive, after every other CTA of the column has published
-    // its partial (fence, then the atomic), sums alone.
-    if constexpr (COOP) return;
-    if (!__syncthreads_or(tid == 0 && before == bottom - top)) return;
-    sum_column(acc, slab, n_tile, top, bottom);
-#endif
+    // The last to arrive, once every other CTA of the column has published, sums alone.
+    int last = 0;
+    if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
+    if (__syncthreads_or(last)) sum_column(acc, slab, n_tile, top, bottom);
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1253,7 +1202,7 @@ struct Marlin {
       return;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom, bottom_ends_column(first, bottom));
+      finish_split_column(acc, slab, n_tile, top, bottom);
       return;
     }
     const int count = bottom - top + 1;
@@ -1275,9 +1224,7 @@ struct Marlin {
         else store_partial(acc, slab, n_tile, top);
       }
     }
-#if !MARLIN_LIGHT_FENCE
-    __threadfence();
-#endif
+    // Published as above: the barrier, then thread 0's release.
     __syncthreads();
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
   }

@@ -20,9 +20,9 @@ def test_unset_means_the_shipped_source(monkeypatch):
 def test_defines_go_in_front_and_change_the_cache_key(monkeypatch):
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     plain = kernels.marlin_source(CFG)
-    monkeypatch.setenv("MARLIN_CUPY_DEFINES", " MARLIN_PAR_COOP=0, MARLIN_LIGHT_FENCE=1 ,")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", " MARLIN_PAR_COOP=0, MARLIN_PROBE=0 ,")
     src = kernels.marlin_source(CFG)
-    assert src.startswith("#define MARLIN_PAR_COOP 0\n#define MARLIN_LIGHT_FENCE 1\n")
+    assert src.startswith("#define MARLIN_PAR_COOP 0\n#define MARLIN_PROBE 0\n")
     assert src.endswith(plain)
     assert jit.source_hash(src) != jit.source_hash(plain)
 
