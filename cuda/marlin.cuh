@@ -54,6 +54,10 @@ using FragA = Vec<uint32_t, 4>;  // one 16x16 A block, as ldmatrix.x4 delivers i
 using FragB = Vec<half2, 2>;     // one k16 x n8 B fragment
 using FragC = Vec<float, 4>;     // one m16 x n8 accumulator
 
+// The type A if C, else B (NVRTC has no <type_traits>).
+template <bool C, typename A, typename B> struct Pick { using type = A; };
+template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
+
 __device__ __forceinline__ half2 as_half2(uint32_t u) {
   union { uint32_t u; half2 h; } v;
   v.u = u;
@@ -128,7 +132,8 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
-  static_assert(N == 8 || N == 16 || N == 32 || N == 64, "wgmma N must be 8, 16, 32 or 64");
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128,
+                "wgmma N must be 8, 16, 32, 64 or 128");
   // scale-d, the last input (1), becomes the predicate p; the A fragment follows D.
   if constexpr (N == 8)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
@@ -153,6 +158,13 @@ __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned 
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7)
+                 : MC_WGMMA_IN);
+  if constexpr (N == 128)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7),
+                   MC_ACC(8), MC_ACC(9), MC_ACC(10), MC_ACC(11), MC_ACC(12), MC_ACC(13), MC_ACC(14), MC_ACC(15)
                  : MC_WGMMA_IN);
 }
 #undef MC_ACC
@@ -180,6 +192,16 @@ __device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[4]) {
                  "+r"(w[1][0]), "+r"(w[1][1]), "+r"(w[1][2]), "+r"(w[1][3]),
                  "+r"(w[2][0]), "+r"(w[2][1]), "+r"(w[2][2]), "+r"(w[2][3]),
                  "+r"(w[3][0]), "+r"(w[3][1]), "+r"(w[3][2]), "+r"(w[3][3])
+               : "n"(N)
+               : "memory");
+}
+
+// The same for the two fragments of a warp of 32 columns (SWAP == 16).
+template <int N>
+__device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[2]) {
+  asm volatile("wgmma.wait_group.sync.aligned %8;\n"
+               : "+r"(w[0][0]), "+r"(w[0][1]), "+r"(w[0][2]), "+r"(w[0][3]),
+                 "+r"(w[1][0]), "+r"(w[1][1]), "+r"(w[1][2]), "+r"(w[1][3])
                : "n"(N)
                : "memory");
 }
@@ -317,8 +339,10 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 // ----------------------------------------------------------------------------------------
 // Template parameters (mirrored by KernelConfig.validate() in marlin_cupy/config.py):
 //   THREADS       threads per CTA (128, 256 or 512)
-//   M_BLOCKS      16-row blocks of A per CTA tile (1..4); 4 when M is cut into 64-row slabs
-//   N_BLOCKS      16-column blocks per CTA tile; each warp owns 64 columns (4 blocks)
+//   M_BLOCKS      16-row blocks of A per CTA tile (1..4, or 8 for wgmma with SWAP == 16); M is
+//                 cut into slabs of 16 * M_BLOCKS rows
+//   N_BLOCKS      16-column blocks per CTA tile; each warp owns 64 columns (4 blocks), 32 with
+//                 wgmma and SWAP == 16
 //   K_BLOCKS      16-row blocks of K per pipeline stage
 //   STAGES        depth of the cp.async ring (>= 2)
 //   GROUP_BLOCKS  16-row blocks per scale group, or -1 for one scale per output column
@@ -331,7 +355,7 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 M <= 8, and the group scale can be applied in FP32 once per stage.
 //   WGMMA         (sm_90a) swapped operands through wgmma: each warpgroup (4 warps side by side
 //                 along N) multiplies 64 columns x 8*SWAP rows per instruction, SWAP in
-//                 {1, 2, 4, 8}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
+//                 {1, 2, 4, 8, 16}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
 //                 tile is stored as K_BLOCKS / 4 regions of 128-byte rows (64 halves of K), each
 //                 the 128-byte swizzle layout wgmma reads through a descriptor.
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
@@ -342,7 +366,14 @@ template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int
 struct Marlin {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static constexpr int WARPS = THREADS / 32;
-  static constexpr int N_WARPS = N_BLOCKS / 4;     // warps side by side along N
+  // Columns per warp: 64 (4 tiles of 16), or 32 (2 tiles) in the wgmma instances with 16
+  // blocks of 8 rows (SWAP == 16, m64n128k16), whose accumulators are then 2 x 64 floats per
+  // thread, as sw8's 4 x 32. The layout stores 64 columns per warp-sized block (4 words per
+  // lane per k16 row); a 32-column warp reads half of each lane's 4 words.
+  static constexpr int WARP_TILES = (WGMMA && SWAP == 16) ? 2 : 4;
+  static constexpr int WARP_COLS = 16 * WARP_TILES;
+  static constexpr int QUADS = 4 / WARP_TILES;      // warps per 64-column block of the layout
+  static constexpr int N_WARPS = N_BLOCKS / WARP_TILES;  // warps side by side along N
   // A 64-row tile would need 128 accumulators per thread; two warps share it by rows instead
   // (32 rows each), which keeps every instance within 255 registers without spills.
   static constexpr int M_WARPS = (SWAP == 0 && M_BLOCKS == 4 && WARPS / N_WARPS >= 2) ? 2 : 1;
@@ -376,14 +407,17 @@ struct Marlin {
   static constexpr int Z_ROW = N_BLOCKS / 2;                        // TILE_N nibbles
   static constexpr int Z_STAGE = HAS_ZP ? GROUPS_PER_STAGE * Z_ROW : 0;
   static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
-  static constexpr int RED_WARP = (WM * 8 > 4 * SW ? WM * 8 : 4 * SW) * 32;  // float4 per warp
+  // float4 per warp of a reduction or scratch slot (the 32-column warps: exactly their own)
+  static constexpr int RED_WARP =
+      (WARP_TILES == 2 ? WARP_TILES * SW : (WM * 8 > 4 * SW ? WM * 8 : 4 * SW)) * 32;
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
   static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
 
   static_assert(THREADS == 128 || THREADS == 256 || THREADS == 512, "THREADS must be 128, 256 or 512");
-  static_assert(M_BLOCKS >= 1 && M_BLOCKS <= 4, "M_BLOCKS must be 1..4");
+  static_assert(M_BLOCKS >= 1 && (M_BLOCKS <= 4 || (WGMMA && SWAP == 16 && M_BLOCKS == 8)),
+                "M_BLOCKS must be 1..4 (8 with wgmma and SWAP == 16)");
   static_assert(N_BLOCKS % 4 == 0 && N_WARPS >= 1 && WARPS % N_WARPS == 0,
-                "N_BLOCKS must be a multiple of 4 with N_BLOCKS/4 dividing the warp count");
+                "N_BLOCKS must be a multiple of 4 with the warps along N dividing the warp count");
   static_assert((K_WARPS & (K_WARPS - 1)) == 0, "warps along K must be a power of two");
   static_assert(K_BLOCKS >= 4 && K_BLOCKS % K_WARPS == 0,
                 "K_BLOCKS must be >= 4 (swizzle width) and a multiple of the warps along K");
@@ -392,10 +426,10 @@ struct Marlin {
                 "GROUP_BLOCKS and K_BLOCKS must divide one another");
   static_assert(WGMMA || (SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1)),
                 "SWAP must be 0, or 1..2 with M_BLOCKS == 1");
-  static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 8) &&
+  static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 8 || SWAP == 16) &&
                            M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS % 4 == 0 && N_WARPS % 4 == 0),
-                "WGMMA needs SWAP in {1,2,4,8}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 and "
-                "N_BLOCKS a multiple of 16 (warpgroups of 4 warps along N)");
+                "WGMMA needs SWAP in {1,2,4,8,16}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 "
+                "and N_BLOCKS a multiple of 16 (8 with SWAP == 16): warpgroups of 4 warps along N");
 
   // Problem geometry shared by every step.
   const int4* __restrict__ A;
@@ -607,10 +641,12 @@ struct Marlin {
   }
 
   // ---- fetch to registers: one k16 step of one stage
+  // A lane's words of one k16 step: 4 (int4), or 2 (uint2) for the 32-column warps.
+  using Words = typename Pick<WARP_TILES == 4, int4, uint2>::type;
   struct Regs {
     FragA a[WM];
-    int4 b;        // 4 words: tiles 0..3 of this warp's 64 columns
-    int4 s;        // 8 group scales (grouped), columns lane/4 + 8j
+    Words b;       // WARP_TILES words: tiles 0.. of this warp's columns
+    Words s;       // 2 * WARP_TILES group scales (grouped), columns lane/4 + 8j
     uint32_t z;    // 8 packed zero points
   };
 
@@ -622,9 +658,17 @@ struct Marlin {
     for (int sub = 0; sub < K_SUB; sub++) {
       const int kb = kw + sub * K_WARPS;
       a_rd_off[sub] = (16 * mw * WM + row) * A_ROW + ((2 * kb + lane / 16) ^ (row & 7));
-      b_rd_off[sub] = kb * B_ROW + nw * 32 + lane;
       const int g = (PER_CHANNEL || GROUP_BLOCKS >= K_BLOCKS) ? 0 : kb / GROUP_BLOCKS;
-      s_rd_off[sub] = g * S_ROW + nw * 8 + lane / 4;   // zero points: same index in int32
+      if constexpr (QUADS == 1) {
+        b_rd_off[sub] = kb * B_ROW + nw * 32 + lane;
+        s_rd_off[sub] = g * S_ROW + nw * 8 + lane / 4;   // zero points: same index in int32
+      } else {
+        // In uint2: the lane's int4 of the warp's 64-column block, then the warp's half of it
+        // (scales likewise; the zero points' int32 is the int4 index, s_rd_off / 2).
+        const int block_half = nw % QUADS;
+        b_rd_off[sub] = QUADS * (kb * B_ROW + (nw / QUADS) * 32 + lane) + block_half;
+        s_rd_off[sub] = QUADS * (g * S_ROW + (nw / QUADS) * 8 + lane / 4) + block_half;
+      }
     }
   }
 
@@ -634,12 +678,24 @@ struct Marlin {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
     }
-    r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
-    if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
+    if constexpr (QUADS == 1) {
+      r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
+      if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
+    } else {
+      r.b = reinterpret_cast<const uint2*>(sh_b + stage * B_STAGE)[b_rd_off[sub]];
+      if constexpr (!PER_CHANNEL)
+        r.s = reinterpret_cast<const uint2*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
+    }
     if constexpr (HAS_ZP) {
       const uint32_t* z_sh = reinterpret_cast<const uint32_t*>(sh_z + stage * Z_STAGE);
       // Z_ROW int4 = 4 * Z_ROW words per group row; S_ROW = 4 * Z_ROW as well (TILE_N / 8).
-      r.z = z_sh[s_rd_off[sub]];
+      if constexpr (QUADS == 1) {
+        r.z = z_sh[s_rd_off[sub]];
+      } else {
+        // The 32-column warp's tiles 0, 1 are the block's tiles 2h, 2h + 1 (split_nibbles
+        // order), h = s_rd_off % 2.
+        r.z = z_sh[s_rd_off[sub] / 2] >> (8 * (s_rd_off[sub] % 2));
+      }
     }
   }
 
@@ -704,11 +760,11 @@ struct Marlin {
   // block h. acc[j][h] holds C^T: columns 16j + lane/4 (+8 for elements 2, 3), rows
   // 8h + 2(lane%4) (+1 for odd elements). FRESH starts new partial sums (DEFER_SCALE).
   template <bool FRESH>
-  __device__ __forceinline__ void matmul_swapped(const Regs& r, FragC (&acc)[4][SW]) {
+  __device__ __forceinline__ void matmul_swapped(const Regs& r, FragC (&acc)[WARP_TILES][SW]) {
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < WARP_TILES; j++) {
       FragB f0, f1;
       dequant_tile<!DEFER_SCALE>(r, zp, j, f0, f1);
       const FragA w = as_a_fragment(f0, f1);
@@ -728,11 +784,11 @@ struct Marlin {
   // fragments as matmul_swapped; issue_wgmma runs one m64nNk16 per 16-column block j for the
   // whole warpgroup (warp w supplies rows 16w..16w+15, i.e. its own block j, and receives their
   // results: acc[j] keeps the swapped layout) and commits them as one group.
-  __device__ __forceinline__ void dequant_wgmma(const Regs& r, FragA (&w)[4]) const {
+  __device__ __forceinline__ void dequant_wgmma(const Regs& r, FragA (&w)[WARP_TILES]) const {
     ZeroPair zp[4][2];
     if constexpr (HAS_ZP) unpack_zeros(r.z, zp);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < WARP_TILES; j++) {
       FragB f0, f1;
       dequant_tile<true>(r, zp, j, f0, f1);
       w[j] = as_a_fragment(f0, f1);
@@ -746,21 +802,21 @@ struct Marlin {
     return sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) + 32 * (kb % 4));
   }
 
-  __device__ __forceinline__ void issue_wgmma(const FragA (&w)[4], unsigned long long desc,
-                                              FragC (&acc)[4][SW]) {
+  __device__ __forceinline__ void issue_wgmma(const FragA (&w)[WARP_TILES], unsigned long long desc,
+                                              FragC (&acc)[WARP_TILES][SW]) {
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], desc);
+    for (int j = 0; j < WARP_TILES; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], desc);
     wgmma_commit();
   }
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
   // takes the low half of scale word j, column 16j + 8 + lane/4 the high half).
-  __device__ __forceinline__ void add_scaled(FragC (&acc)[4][SW], const FragC (&part)[4][SW],
-                                             const Regs& r) {
+  __device__ __forceinline__ void add_scaled(FragC (&acc)[WARP_TILES][SW],
+                                             const FragC (&part)[WARP_TILES][SW], const Regs& r) {
     const half2* sw = reinterpret_cast<const half2*>(&r.s);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < WARP_TILES; j++) {
       const float2 s = __half22float2(sw[j]);
 #pragma unroll
       for (int h = 0; h < SWAP; h++) {
@@ -775,7 +831,7 @@ struct Marlin {
   // ---- reduce inside the CTA: the K_WARPS warps of one column strip sum through shared
   // memory in a log tree; afterwards warps with kw == 0 hold the CTA's partial sums.
   // The reductions treat a warp's accumulators as NF fragments of 4 floats per lane, in
-  // whatever layout they are (row-major [WM][8], or swapped [4][SW]): every warp, and every
+  // whatever layout they are (row-major [WM][8], or swapped [WARP_TILES][SW]): every warp, and every
   // CTA sharing a column, uses the same layout, so the sums line up element by element.
   template <int NF>
   __device__ __forceinline__ void reduce_frags(FragC* acc) {
@@ -807,8 +863,8 @@ struct Marlin {
   __device__ __forceinline__ void reduce_in_cta(FragC (&acc)[WM][8]) {
     reduce_frags<WM * 8>(&acc[0][0]);
   }
-  __device__ __forceinline__ void reduce_in_cta_sw(FragC (&acc)[4][SW]) {
-    reduce_frags<4 * SW>(&acc[0][0]);
+  __device__ __forceinline__ void reduce_in_cta_sw(FragC (&acc)[WARP_TILES][SW]) {
+    reduce_frags<WARP_TILES * SW>(&acc[0][0]);
   }
 
   // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
@@ -846,13 +902,13 @@ struct Marlin {
 
   // Per-channel scales, read one half per column: column w of a 32-column block is stored at
   // 8((w % 8) / 2) + 2(w / 8) + w % 2 (layout.scale_perm_channel).
-  __device__ __forceinline__ void apply_channel_scales_sw(FragC (&acc)[4][SW], int n_tile) {
+  __device__ __forceinline__ void apply_channel_scales_sw(FragC (&acc)[WARP_TILES][SW], int n_tile) {
     const __half* s = reinterpret_cast<const __half*>(S);
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
       for (int hi = 0; hi < 2; hi++) {
-        const int col = n_tile * TILE_N + nw * 64 + 16 * j + lane / 4 + 8 * hi;
+        const int col = n_tile * TILE_N + nw * WARP_COLS + 16 * j + lane / 4 + 8 * hi;
         const int w = col % 32;
         const float f = __half2float(
             s[col - w + 8 * ((w % 8) / 2) + 2 * (w / 8) + w % 2]);
@@ -869,7 +925,7 @@ struct Marlin {
   // time (per-element addresses once made it the register peak of the wgmma instances).
   template <typename F>
   __device__ __forceinline__ void for_each_swapped(int slab, int n_tile, F f) const {
-    const int col0 = n_tile * TILE_N + nw * 64 + lane / 4;
+    const int col0 = n_tile * TILE_N + nw * WARP_COLS + lane / 4;
 #pragma unroll
     for (int h = 0; h < SW; h++)
 #pragma unroll
@@ -879,17 +935,17 @@ struct Marlin {
           unsigned short* c = reinterpret_cast<unsigned short*>(C) +
                               static_cast<size_t>(row) * prob_n + col0;
 #pragma unroll
-          for (int j = 0; j < 4; j++)
+          for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) f(j, h, 2 * hi + odd, c + 16 * j + 8 * hi);
         }
       }
   }
 
-  __device__ __forceinline__ void add_partial_sw(FragC (&acc)[4][SW], int slab, int n_tile,
-                                                 int slot) {
+  __device__ __forceinline__ void add_partial_sw(FragC (&acc)[WARP_TILES][SW], int slab,
+                                                 int n_tile, int slot) {
     if constexpr (FP32_REDUCE) {
-      add_scratch<4 * SW>(&acc[0][0], slot);
+      add_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     } else {
       for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
         acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(c)));
@@ -897,15 +953,16 @@ struct Marlin {
     }
   }
 
-  __device__ __forceinline__ void store_result_sw(const FragC (&acc)[4][SW], int slab, int n_tile) {
+  __device__ __forceinline__ void store_result_sw(const FragC (&acc)[WARP_TILES][SW], int slab,
+                                                  int n_tile) {
     for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
       __stcg(c, __half_as_ushort(__float2half_rn(acc[j][h][i])));
     });
   }
 
-  __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[4][SW], int slab,
+  __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[WARP_TILES][SW], int slab,
                                                    int n_tile, int slot) {
-    if constexpr (FP32_REDUCE) store_scratch<4 * SW>(&acc[0][0], slot);
+    if constexpr (FP32_REDUCE) store_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     else store_result_sw(acc, slab, n_tile);
   }
 
@@ -1059,7 +1116,7 @@ struct Marlin {
     if constexpr (SWAP > 0) {
       const int j = f / SW, h = f % SW;
       row = slab * TILE_M + 8 * h + 2 * (l % 4) + i % 2;
-      col = n_tile * TILE_N + wn * 64 + 16 * j + l / 4 + 8 * (i / 2);
+      col = n_tile * TILE_N + wn * WARP_COLS + 16 * j + l / 4 + 8 * (i / 2);
     } else {
       const int mb = f / 8, nb = f % 8;
       row = slab * TILE_M + 16 * (wm * WM + mb) + l / 4 + 8 * (i / 2);
@@ -1176,7 +1233,7 @@ struct Marlin {
   // the bottom of K first: it reaches that column at the start of its stripe, so no CTA ever
   // waits on work that comes late in another CTA's stripe. The order is fixed by the
   // partition, so results are bitwise reproducible. The last CTA writes C and re-arms the lock.
-  template <typename Acc>   // FragC[WM][8], or FragC[4][SW] with swapped operands
+  template <typename Acc>   // FragC[WM][8], or FragC[WARP_TILES][SW] with swapped operands
   __device__ __forceinline__ void finish_column(Acc& acc, const Cursor& c) {
     const int n_tile = c.n_tile;
     const int slab = c.slab;
@@ -1249,11 +1306,11 @@ struct Marlin {
 
   __device__ __forceinline__ void run() {
     FragC acc[WM][8];     // row-major accumulators (SWAP == 0)
-    FragC acc_t[4][SW];   // SWAP: swapped accumulators
-    FragC part[4][SW];    // DEFER_SCALE: this stage's unscaled products
+    FragC acc_t[WARP_TILES][SW];   // SWAP: swapped accumulators
+    FragC part[WARP_TILES][SW];    // DEFER_SCALE: this stage's unscaled products
     auto zero_acc = [&]() {
       if constexpr (SWAP == 0) zero_frags<WM * 8>(&acc[0][0]);
-      else zero_frags<4 * SW>(&acc_t[0][0]);
+      else zero_frags<WARP_TILES * SW>(&acc_t[0][0]);
     };
     zero_acc();
 
@@ -1310,7 +1367,7 @@ struct Marlin {
       stage = next;
     }
     cp_async_wait<0>();
-    if constexpr (COOP) coop_finish<(SWAP > 0 ? 4 * SW : WM * 8)>();
+    if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -1330,13 +1387,13 @@ struct Marlin {
   // step ahead (regs[]), so their latency hides behind the previous step's dequantization.
   __device__ __forceinline__ void run_wgmma() {
     static_assert(STAGES >= 3, "the wgmma loop keeps STAGES - 2 units in flight at its waits");
-    FragC acc[4][SW];
-    zero_frags<4 * SW>(&acc[0][0]);
+    FragC acc[WARP_TILES][SW];
+    zero_frags<WARP_TILES * SW>(&acc[0][0]);
     Cursor fetch = cursor_at(unit_start);
     Cursor compute = fetch;
     start_stream(fetch);
     stamp(3);
-    FragA wa[2][4] = {};
+    FragA wa[2][WARP_TILES] = {};
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -1371,10 +1428,10 @@ struct Marlin {
         // Nothing is in flight: the fragments are dead, and constants need no registers
         // across the epilogue.
 #pragma unroll
-        for (int j = 0; j < 4; j++) wa[0][j] = wa[1][j] = FragA{};
+        for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
         if (unit == unit_end - 1) stamp_last_column();
         finish_column(acc, compute);
-        zero_frags<4 * SW>(&acc[0][0]);
+        zero_frags<WARP_TILES * SW>(&acc[0][0]);
         if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
       }
       advance(compute);
@@ -1383,7 +1440,7 @@ struct Marlin {
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
-    if constexpr (COOP) coop_finish<4 * SW>();
+    if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 };
 
@@ -1433,6 +1490,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.nw = k.warp % K::N_WARPS;
   k.mw = (k.warp / K::N_WARPS) % K::M_WARPS;
   k.kw = k.warp / (K::N_WARPS * K::M_WARPS);
+
   k.init_fetch_offsets();
   k.init_read_offsets();
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();

@@ -22,6 +22,7 @@ TILE_SHAPES = (
 GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
 DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
 MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
+WGMMA_SWAPS = (1, 2, 4, 8, 16)   # 8-row blocks per wgmma; 16: 128-row slabs, 32-column warps
 
 
 def group_blocks_for(group_size: int, k: int) -> int:
@@ -50,8 +51,10 @@ class KernelConfig:
     #: half the MMAs at M <= 8 and the group scale applied once per stage, in FP32.
     swap_ab: int = 0
     #: (sm_90a only) swapped operands through wgmma: a warpgroup multiplies 64 columns x
-    #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 8}, thread_m_blocks =
+    #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 8, 16}, thread_m_blocks =
     #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
+    #: swap_ab=16 (m64n128k16, 128-row slabs) gives each warp 32 columns instead of 64, so
+    #: thread_n_blocks a multiple of 8: the weights are dequantized once per 128 rows.
     wgmma: bool = False
     #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
     #: the same sums are added in the same order once all are in: by the last to arrive on
@@ -61,8 +64,13 @@ class KernelConfig:
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
+    def warp_cols(self) -> int:
+        """Columns per warp: 64, or 32 for wgmma with swap_ab=16 (WARP_COLS in the kernel)."""
+        return 32 if self.wgmma and self.swap_ab == 16 else 64
+
+    @property
     def n_warps(self) -> int:
-        return self.thread_n_blocks // 4
+        return self.thread_n_blocks * 16 // self.warp_cols
 
     @property
     def m_warps(self) -> int:
@@ -137,7 +145,10 @@ class KernelConfig:
         b = kb * 8 * nb
         s = 0 if per_channel else groups * 2 * nb
         z = groups * (nb // 2) if has_zp else 0
-        frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
+        if self.warp_cols == 32:
+            frags = 2 * self.swap_ab
+        else:
+            frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
         return 16 * (self.stages * (a + b + s + z) + red)
 
@@ -146,13 +157,16 @@ class KernelConfig:
         errs = []
         if self.threads not in (128, 256, 512):
             errs.append(f"threads={self.threads} must be 128, 256 or 512")
-        if not 1 <= self.thread_m_blocks <= MAX_M_BLOCKS:
-            errs.append(f"thread_m_blocks={self.thread_m_blocks} must be 1..{MAX_M_BLOCKS}")
+        if not (1 <= self.thread_m_blocks <= MAX_M_BLOCKS or
+                (self.wgmma and self.swap_ab == 16 and self.thread_m_blocks == 8)):
+            errs.append(f"thread_m_blocks={self.thread_m_blocks} must be 1..{MAX_M_BLOCKS} (8 "
+                        f"only with wgmma and swap_ab=16)")
         warps = self.threads // 32
         if self.thread_n_blocks % 4 or self.thread_n_blocks == 0 or \
                 warps % max(self.n_warps, 1) or self.n_warps > warps:
-            errs.append(f"thread_n_blocks={self.thread_n_blocks} must be a multiple of 4 (one warp "
-                        f"per 64 columns) with thread_n_blocks/4 dividing the {warps} warps")
+            errs.append(f"thread_n_blocks={self.thread_n_blocks} must be a multiple of 4 with its "
+                        f"{self.n_warps} warps along N (one per {self.warp_cols} columns) dividing "
+                        f"the {warps} warps")
         else:
             kw = self.k_warps
             if kw & (kw - 1):
@@ -169,12 +183,13 @@ class KernelConfig:
             if self.stages < 3:
                 errs.append(f"stages={self.stages}: the wgmma loop needs at least 3 (it keeps "
                             f"stages - 2 units in flight at its waits)")
-            if self.swap_ab not in (1, 2, 4, 8) or \
+            if self.swap_ab not in WGMMA_SWAPS or \
                     self.thread_m_blocks != max(1, self.swap_ab // 2) or \
-                    self.thread_k_blocks % 4 or self.thread_n_blocks % 16:
-                errs.append(f"wgmma needs swap_ab in 1, 2, 4, 8 with thread_m_blocks = "
+                    self.thread_k_blocks % 4 or self.n_warps % 4:
+                errs.append(f"wgmma needs swap_ab in 1, 2, 4, 8, 16 with thread_m_blocks = "
                             f"max(1, swap_ab // 2), thread_k_blocks a multiple of 4 and thread_n_blocks a "
-                            f"multiple of 16 (got swap_ab={self.swap_ab}, m={self.thread_m_blocks}, "
+                            f"multiple of 16 (of 8 with swap_ab=16: whole warpgroups along N) "
+                            f"(got swap_ab={self.swap_ab}, m={self.thread_m_blocks}, "
                             f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
         elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
             errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
@@ -251,7 +266,11 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m1_n16_k4_s4_g2_fp16_sw2_wg", "t256_m2_n16_k4_s4_g4_fp32_sw4_wg",
     "t128_m1_n16_k8_s4_g8_fp32_sw2_wg", "t256_m2_n32_k8_s4_g4_fp32_sw4_wg",
     "t256_m1_n16_k8_s3_gc_fp32_sw1_wg", "t256_m2_n16_k8_s6_g8_fp32_sw4_wg",
-    "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2"))
+    "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2",
+    # swap_ab=16: 32-column warps, 128-row slabs; K split across warps (t256_n8), per-channel,
+    # FP16 reduction, two CTAs per SM
+    "t256_m8_n16_k8_s4_g8_fp32_sw16_wg", "t256_m8_n8_k8_s3_gc_fp32_sw16_wg",
+    "t256_m8_n16_k4_s4_g2_fp16_sw16_wg", "t128_m8_n8_k4_s4_g8_fp32_sw16_wg_b2"))
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
@@ -263,7 +282,8 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m1_n16_k8_s4_g8_fp32par_sw1_b2", "t256_m1_n16_k16_s4_g8_fp32par_sw2",
     "t128_m1_n4_k8_s4_gc_fp32par_sw1", "t256_m1_n8_k8_s4_g2_fp32par",
     "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg",
-    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg"))
+    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
+    "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg"))
 
 
 def tuned_instances() -> dict:

@@ -36,13 +36,18 @@ TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: wgmma candidates (sm_90a devices): (threads, n_blocks, k_blocks), and the
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
 TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
-                     (256, 32, 8))
+                     (256, 32, 8),
+                     # only valid with swap_ab=16 (32-column warps): 128 columns per CTA
+                     (128, 8, 4), (128, 8, 8), (256, 8, 8))
 #: CTAs per SM tried for wgmma: with 128 threads, two CTAs (each its own ring and barriers) fit
 #: the register file (255 registers each) and, at shallow depths, shared memory.
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
-TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8,), 1 << 30: (8,)}
+#: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
+#: once per 128 rows instead of once per 64-row slab (NOTES.md entry 24).
+TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8, 16),
+                    1 << 30: (8, 16)}
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 128").
 BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 1 << 30: 256}
 

@@ -18,6 +18,10 @@ INVALID = {
     "wgmma_k_blocks": KernelConfig(thread_k_blocks=6, swap_ab=2, wgmma=True),
     "wgmma_m_blocks": KernelConfig(thread_m_blocks=1, thread_k_blocks=4, swap_ab=4, wgmma=True),
     "parallel_fp16": KernelConfig(fp32_reduce=False, parallel_reduce=True),
+    "wgmma16_m_blocks": KernelConfig(thread_m_blocks=4, thread_k_blocks=8, swap_ab=16, wgmma=True),
+    # 32-column warps: 64 columns are 2 warps, not a warpgroup
+    "wgmma16_n_blocks": KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=4,
+                                     thread_k_blocks=8, swap_ab=16, wgmma=True),
 }
 
 
@@ -49,7 +53,9 @@ class TestNames:
         KernelConfig(thread_m_blocks=4, thread_k_blocks=4, swap_ab=8, wgmma=True, blocks_per_sm=2),
         KernelConfig(parallel_reduce=True),
         KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
-                     parallel_reduce=True)],
+                     parallel_reduce=True),
+        KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=8, thread_k_blocks=4,
+                     swap_ab=16, wgmma=True, blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg
@@ -104,6 +110,13 @@ class TestDispatch:
                                                                     swap_ab=1))
         assert choose_config(8, 8192, 8192, 128, device_name="X").swap_ab == 1
         assert choose_config(9, 8192, 8192, 128, device_name="X").max_m is None
+
+    def test_tuned_swap_16_entry_keeps_its_128_row_slabs(self, monkeypatch):
+        from marlin_cupy import tune
+        cfg = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg")
+        monkeypatch.setattr(tune, "lookup", lambda *a: cfg)
+        for m in (65, 128, 129, 1000):
+            assert choose_config(m, 8192, 8192, 128, device_name="X") == cfg
 
     def test_unsupported_shape_says_what_to_pad(self):
         with pytest.raises(ValueError, match="pad"):
