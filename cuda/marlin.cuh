@@ -196,7 +196,16 @@ __device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[4]) {
                : "memory");
 }
 
-// The same for the two fragments of a warp of 32 columns (SWAP == 16).
+// The same for a warp of 16 columns (one fragment) ...
+template <int N>
+__device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[1]) {
+  asm volatile("wgmma.wait_group.sync.aligned %4;\n"
+               : "+r"(w[0][0]), "+r"(w[0][1]), "+r"(w[0][2]), "+r"(w[0][3])
+               : "n"(N)
+               : "memory");
+}
+
+// ... and of 32 columns (two).
 template <int N>
 __device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[2]) {
   asm volatile("wgmma.wait_group.sync.aligned %8;\n"
@@ -362,15 +371,20 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 one after another: each leaves its own in scratch and the last to arrive
 //                 adds them all, in a fixed order (see finish_column).
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
+          int WARP_N = 0>
 struct Marlin {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
+  static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
+                "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
   static constexpr int WARPS = THREADS / 32;
-  // Columns per warp: 64 (4 tiles of 16), or 32 (2 tiles) in the wgmma instances with 16
-  // blocks of 8 rows (SWAP == 16, m64n128k16), whose accumulators are then 2 x 64 floats per
-  // thread, as sw8's 4 x 32. The layout stores 64 columns per warp-sized block (4 words per
-  // lane per k16 row); a 32-column warp reads half of each lane's 4 words.
-  static constexpr int WARP_TILES = (WGMMA && SWAP == 16) ? 2 : 4;
+  // Columns per warp: WARP_N if given (wgmma only: 16, 32 or 64), else 64 (4 tiles of 16),
+  // or 32 (2 tiles) in the wgmma instances with 16 blocks of 8 rows (SWAP == 16, m64n128k16),
+  // whose accumulators are then 2 x 64 floats per thread, as sw8's 4 x 32. Narrower warps
+  // hold fewer accumulators, so more of them fit an SM. The layout stores 64 columns per
+  // warp-sized block (4 words per lane per k16 row); a narrower warp reads its part of each
+  // lane's 4 words.
+  static constexpr int WARP_TILES = WARP_N ? WARP_N / 16 : (WGMMA && SWAP == 16) ? 2 : 4;
   static constexpr int WARP_COLS = 16 * WARP_TILES;
   static constexpr int QUADS = 4 / WARP_TILES;      // warps per 64-column block of the layout
   static constexpr int N_WARPS = N_BLOCKS / WARP_TILES;  // warps side by side along N
@@ -409,7 +423,7 @@ struct Marlin {
   static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
   // float4 per warp of a reduction or scratch slot (the 32-column warps: exactly their own)
   static constexpr int RED_WARP =
-      (WARP_TILES == 2 ? WARP_TILES * SW : (WM * 8 > 4 * SW ? WM * 8 : 4 * SW)) * 32;
+      (WARP_TILES < 4 ? WARP_TILES * SW : (WM * 8 > 4 * SW ? WM * 8 : 4 * SW)) * 32;
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
   static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
 
@@ -429,7 +443,9 @@ struct Marlin {
   static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 8 || SWAP == 16) &&
                            M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS % 4 == 0 && N_WARPS % 4 == 0),
                 "WGMMA needs SWAP in {1,2,4,8,16}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 "
-                "and N_BLOCKS a multiple of 16 (8 with SWAP == 16): warpgroups of 4 warps along N");
+                "and whole warpgroups of 4 warps along N");
+  static_assert(!WGMMA || WARP_TILES * SW <= 32,
+                "at most 128 accumulators per thread (columns per warp x rows <= 32 x 128)");
 
   // Problem geometry shared by every step.
   const int4* __restrict__ A;
@@ -641,8 +657,9 @@ struct Marlin {
   }
 
   // ---- fetch to registers: one k16 step of one stage
-  // A lane's words of one k16 step: 4 (int4), or 2 (uint2) for the 32-column warps.
-  using Words = typename Pick<WARP_TILES == 4, int4, uint2>::type;
+  // A lane's words of one k16 step: 4 (int4), 2 (uint2) or 1, one per tile of the warp.
+  using Words = typename Pick<WARP_TILES == 4, int4,
+                              typename Pick<WARP_TILES == 2, uint2, uint32_t>::type>::type;
   struct Regs {
     FragA a[WM];
     Words b;       // WARP_TILES words: tiles 0.. of this warp's columns
@@ -663,11 +680,11 @@ struct Marlin {
         b_rd_off[sub] = kb * B_ROW + nw * 32 + lane;
         s_rd_off[sub] = g * S_ROW + nw * 8 + lane / 4;   // zero points: same index in int32
       } else {
-        // In uint2: the lane's int4 of the warp's 64-column block, then the warp's half of it
-        // (scales likewise; the zero points' int32 is the int4 index, s_rd_off / 2).
-        const int block_half = nw % QUADS;
-        b_rd_off[sub] = QUADS * (kb * B_ROW + (nw / QUADS) * 32 + lane) + block_half;
-        s_rd_off[sub] = QUADS * (g * S_ROW + (nw / QUADS) * 8 + lane / 4) + block_half;
+        // In Words: the lane's int4 of the warp's 64-column block, then the warp's part of it
+        // (scales likewise; the zero points' int32 is the int4 index, s_rd_off / QUADS).
+        const int part = nw % QUADS;
+        b_rd_off[sub] = QUADS * (kb * B_ROW + (nw / QUADS) * 32 + lane) + part;
+        s_rd_off[sub] = QUADS * (g * S_ROW + (nw / QUADS) * 8 + lane / 4) + part;
       }
     }
   }
@@ -682,9 +699,9 @@ struct Marlin {
       r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
       if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
     } else {
-      r.b = reinterpret_cast<const uint2*>(sh_b + stage * B_STAGE)[b_rd_off[sub]];
+      r.b = reinterpret_cast<const Words*>(sh_b + stage * B_STAGE)[b_rd_off[sub]];
       if constexpr (!PER_CHANNEL)
-        r.s = reinterpret_cast<const uint2*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
+        r.s = reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
     }
     if constexpr (HAS_ZP) {
       const uint32_t* z_sh = reinterpret_cast<const uint32_t*>(sh_z + stage * Z_STAGE);
@@ -692,9 +709,9 @@ struct Marlin {
       if constexpr (QUADS == 1) {
         r.z = z_sh[s_rd_off[sub]];
       } else {
-        // The 32-column warp's tiles 0, 1 are the block's tiles 2h, 2h + 1 (split_nibbles
-        // order), h = s_rd_off % 2.
-        r.z = z_sh[s_rd_off[sub] / 2] >> (8 * (s_rd_off[sub] % 2));
+        // Tile t of the block is nibbles t and t + 4 (split_nibbles order): the warp's tiles
+        // start at tile WARP_TILES * part, part = s_rd_off % QUADS.
+        r.z = z_sh[s_rd_off[sub] / QUADS] >> (4 * WARP_TILES * (s_rd_off[sub] % QUADS));
       }
     }
   }
@@ -1445,13 +1462,14 @@ struct Marlin {
 };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
-          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false>
+          bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
+          int WARP_N = 0>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N>;
   extern __shared__ __align__(1024) int4 smem[];
   // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
   // would corrupt memory silently, so it stops the kernel instead.

@@ -61,11 +61,19 @@ class KernelConfig:
     #: tiles of up to 32 rows, by every CTA whose stripe ends in the column, a share each, on
     #: tiles of 48 rows or more; instead of one CTA after another (name: fp32par).
     parallel_reduce: bool = False
+    #: (wgmma only) columns per warp, 16, 32 or 64; 0 for the default (64, or 32 with
+    #: swap_ab=16). Narrower warps hold fewer accumulators (columns / 16 x 4 x swap_ab floats
+    #: per thread, at most 128), so more warps fit an SM: 512 threads, or two CTAs of 256
+    #: (name: _w16, _w32, _w64).
+    warp_n: int = 0
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
     def warp_cols(self) -> int:
-        """Columns per warp: 64, or 32 for wgmma with swap_ab=16 (WARP_COLS in the kernel)."""
+        """Columns per warp (WARP_COLS in the kernel): ``warp_n`` if set, else 64, or 32 for
+        wgmma with swap_ab=16."""
+        if self.warp_n:
+            return self.warp_n
         return 32 if self.wgmma and self.swap_ab == 16 else 64
 
     @property
@@ -112,11 +120,12 @@ class KernelConfig:
         occ = f"_b{self.blocks_per_sm}" if self.blocks_per_sm != 1 else ""
         swap = f"_sw{self.swap_ab}" if self.swap_ab else ""
         wg = "_wg" if self.wgmma else ""
+        wn = f"_w{self.warp_n}" if self.warp_n else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -126,12 +135,12 @@ class KernelConfig:
                              f"'t256_m1_n16_k4_s4_g8_fp32' (g: 2/4/8 blocks of 16 rows, or c for "
                              f"per-channel scales; then fp32, fp32par (parallel) or fp16 global "
                              f"reduction; optional "
-                             f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), then "
-                             f"_b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, occ = m.groups()
+                             f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
+                             f"for its columns per warp, then _b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
-                   red == "fp32par")
+                   red == "fp32par", int(wn) if wn else 0)
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -145,8 +154,8 @@ class KernelConfig:
         b = kb * 8 * nb
         s = 0 if per_channel else groups * 2 * nb
         z = groups * (nb // 2) if has_zp else 0
-        if self.warp_cols == 32:
-            frags = 2 * self.swap_ab
+        if self.warp_cols < 64:
+            frags = self.warp_cols // 16 * self.swap_ab
         else:
             frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
@@ -193,6 +202,14 @@ class KernelConfig:
                             f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
         elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
             errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
+        if self.warp_n and (not self.wgmma or self.warp_n not in (16, 32, 64)):
+            errs.append(f"warp_n={self.warp_n} (columns per warp) must be 16, 32 or 64, and "
+                        f"only with wgmma")
+        elif self.wgmma and self.swap_ab in WGMMA_SWAPS and \
+                self.warp_cols // 16 * self.swap_ab > 32:
+            errs.append(f"{self.warp_cols} columns per warp x {8 * self.swap_ab} rows need "
+                        f"{self.warp_cols // 16 * self.swap_ab * 4} accumulators per thread; at "
+                        f"most 128 (use warp_n=32 or fewer columns)")
         if self.parallel_reduce and not self.fp32_reduce:
             errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
         g, kb = self.group_blocks, self.thread_k_blocks
@@ -270,7 +287,11 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     # swap_ab=16: 32-column warps, 128-row slabs; K split across warps (t256_n8), per-channel,
     # FP16 reduction, two CTAs per SM
     "t256_m8_n16_k8_s4_g8_fp32_sw16_wg", "t256_m8_n8_k8_s3_gc_fp32_sw16_wg",
-    "t256_m8_n16_k4_s4_g2_fp16_sw16_wg", "t128_m8_n8_k4_s4_g8_fp32_sw16_wg_b2"))
+    "t256_m8_n16_k4_s4_g2_fp16_sw16_wg", "t128_m8_n8_k4_s4_g8_fp32_sw16_wg_b2",
+    # narrower warps (warp_n): 32 or 16 columns, 512 threads or two CTAs of 256 per SM
+    "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", "t512_m4_n32_k8_s3_gc_fp32_sw8_wg_w32",
+    "t512_m8_n16_k8_s3_g8_fp32_sw16_wg_w16", "t256_m8_n8_k4_s4_g2_fp16_sw16_wg_w16_b2",
+    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_w32_b2"))
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
@@ -283,7 +304,8 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m1_n4_k8_s4_gc_fp32par_sw1", "t256_m1_n8_k8_s4_g2_fp32par",
     "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg",
     "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
-    "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg"))
+    "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg", "t512_m4_n16_k8_s4_g8_fp32par_sw8_wg_w16",
+    "t256_m4_n16_k4_s4_g8_fp32par_sw8_wg_w32_b2"))
 
 
 def tuned_instances() -> dict:

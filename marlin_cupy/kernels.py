@@ -20,7 +20,8 @@ def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
              f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
              f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}, "
              f"{cfg.swap_ab}, {'true' if cfg.wgmma else 'false'}"
-             + (", true" if cfg.parallel_reduce else ""))
+             + (", true" if cfg.parallel_reduce else (", false" if cfg.warp_n else ""))
+             + (f", {cfg.warp_n}" if cfg.warp_n else ""))
     return (
         f'extern "C" __global__ void __launch_bounds__({cfg.threads}, {cfg.blocks_per_sm})\n'
         f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"

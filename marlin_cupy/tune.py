@@ -39,9 +39,16 @@ TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (25
                      (256, 32, 8),
                      # only valid with swap_ab=16 (32-column warps): 128 columns per CTA
                      (128, 8, 4), (128, 8, 8), (256, 8, 8))
+#: Narrower warps for wgmma (threads, n_blocks, k_blocks, warp_n), from M = 17 on: 32 or 16
+#: columns per warp hold half or a quarter of the accumulators, so 512 threads, or two CTAs of
+#: 256, fit an SM (twice the warps of the 64-column instances to hide latency; entry 25).
+TUNE_WGMMA_NARROW = ((256, 16, 4, 32), (256, 16, 8, 32), (512, 32, 4, 32), (512, 32, 8, 32),
+                     (256, 8, 4, 16), (256, 8, 8, 16), (512, 16, 4, 16), (512, 16, 8, 16))
 #: CTAs per SM tried for wgmma: with 128 threads, two CTAs (each its own ring and barriers) fit
 #: the register file (255 registers each) and, at shallow depths, shared memory.
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
+#: ... and for the narrow-warp ones (256 threads: two CTAs fit the registers at 128 each).
+TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUNE_STAGES),)}
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
@@ -201,6 +208,14 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                     for st in stages:
                         cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True,
                                            blocks, swap, wgmma=True)
+                        if _fits(cfg, n, k, smem_limit):
+                            out.append(cfg)
+        for threads, nb, kb, wn in TUNE_WGMMA_NARROW if m > 16 else ():
+            for swap in TUNE_WGMMA_SWAPS.get(m_bucket(m), ()):
+                for blocks, stages in TUNE_NARROW_BLOCKS_PER_SM[threads]:
+                    for st in stages:
+                        cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True,
+                                           blocks, swap, wgmma=True, warp_n=wn)
                         if _fits(cfg, n, k, smem_limit):
                             out.append(cfg)
     if parallel_reduce:
