@@ -205,6 +205,10 @@ class KernelConfig:
         if self.warp_n and (not self.wgmma or self.warp_n not in (16, 32, 64)):
             errs.append(f"warp_n={self.warp_n} (columns per warp) must be 16, 32 or 64, and "
                         f"only with wgmma")
+        elif self.warp_n and self.warp_n == self.with_(warp_n=0).warp_cols:
+            # One name per kernel: the same instance under two names would be tuned twice.
+            errs.append(f"warp_n={self.warp_n} is the default width for swap_ab={self.swap_ab}; "
+                        f"leave warp_n=0")
         elif self.wgmma and self.swap_ab in WGMMA_SWAPS and \
                 self.warp_cols // 16 * self.swap_ab > 32:
             errs.append(f"{self.warp_cols} columns per warp x {8 * self.swap_ab} rows need "
