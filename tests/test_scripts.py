@@ -81,3 +81,18 @@ def test_timeline_slow_sm_consistency():
     rel, sm = tp.relative(st.astype(np.int32))
     assert rel.tolist() == [[0, 10, 20, 30, 40, 50, 60], [5, 15, 25, 35, 45, 55, 65]]
     assert sm.tolist() == [5, 9]
+
+
+def test_wgmma_probe_summary_sums_dispatch_best_and_better_of_both():
+    wp = _load("wgmma_probe")
+    rows = [{"k": 1, "n": 2, "m": 4, "config": "dispatch", "median_us": 10.0},
+            {"k": 1, "n": 2, "m": 4, "config": "a", "median_us": 8.0},
+            {"k": 1, "n": 2, "m": 4, "config": "b", "median_us": 9.0},
+            {"k": 3, "n": 2, "m": 4, "config": "dispatch", "median_us": 5.0},
+            {"k": 3, "n": 2, "m": 4, "config": "a", "median_us": 6.0},
+            {"k": 3, "n": 2, "m": 4, "config": "c", "error": "boom"},
+            {"k": 1, "n": 2, "m": 8, "config": "dispatch", "median_us": 20.0}]
+    s = wp.summarize(rows)
+    assert s[4] == {"dispatch_us": 15.0, "best_us": 14.0, "either_us": 13.0, "layers_won": 1}
+    # a layer with no candidate counts as never won, and the better of both is the dispatch
+    assert s[8]["either_us"] == 20.0 and s[8]["layers_won"] == 0
