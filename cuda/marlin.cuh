@@ -35,6 +35,14 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
+// Experiment (benchmarks/NOTES.md entry 27), off (0) in every shipped build: the wgmma loop's
+// activation descriptors by one addition per step (the stage's base plus a per-step constant)
+// instead of rebuilding each from its shared address (shift, mask, OR: 7 uniform-datapath
+// instructions per step in the sw8 and sw16 loops, ~15 % of their instructions).
+#ifndef MARLIN_DESC_ADD
+#define MARLIN_DESC_ADD 0
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -814,9 +822,22 @@ struct Marlin {
 
   // Descriptor of the activations of k16 block kb = kw + sub * K_WARPS in ring slot `stage`:
   // region kb / 4 of the A tile, 32 bytes per k16 block into each 128-byte row.
+  // MARLIN_DESC_ADD: the descriptor's low word is (address >> 4) | 1 << 16, and a shared
+  // address below 2^18 bytes (checked at entry) needs no 14-bit mask, so it is linear in the
+  // address: the base of slot 0 (a_desc_lo) plus the slot's and the k16 block's offsets.
+  // (The member exists only in that build, so every other build's code is untouched.)
+#if MARLIN_DESC_ADD
+  uint32_t a_desc_lo;
+#endif
+
   __device__ __forceinline__ unsigned long long a_desc(int stage, int sub) const {
     const int kb = kw + sub * K_WARPS;
+#if MARLIN_DESC_ADD
+    const uint32_t lo = a_desc_lo + stage * A_STAGE + (kb / 4) * (TILE_M * 8) + 2 * (kb % 4);
+    return (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62) | lo;
+#else
     return sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) + 32 * (kb % 4));
+#endif
   }
 
   __device__ __forceinline__ void issue_wgmma(const FragA (&w)[WARP_TILES], unsigned long long desc,
@@ -1477,6 +1498,10 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   // wgmma's 128-byte swizzle is computed on absolute shared addresses: A tiles must start on
   // 1024-byte boundaries (A_STAGE is a multiple of 1024 bytes; the window's base must be too).
   if (WGMMA && (smem_addr(smem) & 1023u) != 0) __trap();
+#if MARLIN_DESC_ADD
+  // The descriptors' 14-bit address field holds every shared address below 2^18 bytes.
+  if (WGMMA && smem_addr(smem) + dynamic_smem_size() > (1u << 18)) __trap();
+#endif
 
   K k;
   k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;
@@ -1511,6 +1536,9 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
 
   k.init_fetch_offsets();
   k.init_read_offsets();
+#if MARLIN_DESC_ADD
+  k.a_desc_lo = (smem_addr(k.sh_a) >> 4) | (1u << 16);
+#endif
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
   else k.run();
   k.stamp(6);
