@@ -15,13 +15,18 @@ def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
     return f"marlin_{cfg.name}_{'zp' if has_zp else 'sym'}"
 
 
+def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
+    """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``."""
+    return (f"{cfg.threads}, {cfg.thread_m_blocks}, {cfg.thread_n_blocks}, "
+            f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
+            f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}, "
+            f"{cfg.swap_ab}, {'true' if cfg.wgmma else 'false'}"
+            + (", true" if cfg.parallel_reduce else (", false" if cfg.warp_n else ""))
+            + (f", {cfg.warp_n}" if cfg.warp_n else ""))
+
+
 def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
-    targs = (f"{cfg.threads}, {cfg.thread_m_blocks}, {cfg.thread_n_blocks}, "
-             f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
-             f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}, "
-             f"{cfg.swap_ab}, {'true' if cfg.wgmma else 'false'}"
-             + (", true" if cfg.parallel_reduce else (", false" if cfg.warp_n else ""))
-             + (f", {cfg.warp_n}" if cfg.warp_n else ""))
+    targs = template_args(cfg, has_zp)
     return (
         f'extern "C" __global__ void __launch_bounds__({cfg.threads}, {cfg.blocks_per_sm})\n'
         f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"

@@ -40,6 +40,23 @@ class TestValidationMirrorsStaticAsserts:
     def test_a_valid_config_compiles(self):
         jit.compile_offline(kernels.marlin_source(KernelConfig()), "sm_90")
 
+    def test_python_geometry_is_the_kernels(self):
+        """smem_bytes, the warps along N and K and the columns per warp, checked against the
+        kernel's own constexprs by static_asserts that NVRTC evaluates (no GPU): every example,
+        every tuned config and a spread of the instantiated ones, sym and zero-point."""
+        from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES
+        cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
+        cfgs |= {c for cs in tuned_instances().values() for c in cs}
+        lines = [kernels._base_source(), "\n"]
+        for cfg in sorted(cfgs, key=lambda c: c.name):
+            for zp in (False, True):
+                k = f"mc::Marlin<{kernels.template_args(cfg, zp)}>"
+                lines.append(
+                    f"static_assert({k}::SMEM_INT4 * 16 == {cfg.smem_bytes(zp)} && "
+                    f"{k}::N_WARPS == {cfg.n_warps} && {k}::K_WARPS == {cfg.k_warps} && "
+                    f"{k}::WARP_COLS == {cfg.warp_cols}, \"{cfg.name} zp={zp}\");\n")
+        jit.compile_offline("".join(lines), "sm_90")
+
     def test_shared_memory_limit_names_both_sizes(self):
         cfg = KernelConfig(stages=40)
         with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory, the device allows"):
