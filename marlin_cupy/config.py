@@ -326,11 +326,13 @@ def tuned_instances() -> dict:
     return {arch: tuple(sorted(cfgs, key=lambda c: c.name)) for arch, cfgs in out.items()}
 
 
-#: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M
-#: (M <= 8 has its own bucket because swap_ab=1 configs serve it alone; M > 64 runs as 64-row
-#: slabs, with a bucket for two slabs, where 128-column tiles can still beat 256-column ones on
-#: N = 4096 layers, and one open-ended bucket beyond).
-M_BUCKETS = (8, 16, 32, 48, 64, 128, 1 << 30)
+#: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M that
+#: the table has. M <= 8 has its own bucket because swap_ab=1 configs serve it alone. M > 64
+#: runs as 64-row slabs, or 128-row ones with swap_ab=16: a bucket for M = 65..128 (one
+#: 128-row slab or two of 64), one for 129..192, where two 128-row slabs (half of the second
+#: one empty at M = 129) compete with three of 64 (NOTES.md entry 28; both cost the same at
+#: every M of the bucket), and one open-ended bucket beyond.
+M_BUCKETS = (8, 16, 32, 48, 64, 128, 192, 1 << 30)
 
 
 def m_bucket(m: int) -> int:

@@ -54,9 +54,9 @@ TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUN
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
 #: once per 128 rows instead of once per 64-row slab (NOTES.md entry 24).
 TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8, 16),
-                    1 << 30: (8, 16)}
-#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 128").
-BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 1 << 30: 256}
+                    192: (8, 16), 1 << 30: (8, 16)}
+#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 192").
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 1 << 30: 256}
 
 
 def device_slug(name: str) -> str:

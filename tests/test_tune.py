@@ -79,6 +79,20 @@ class TestLookup:
         assert [tune.lookup("GPU B", m, 4096, 4096, 128) for m in (65, 128, 129)] == \
             [two, two, big]
 
+    def test_bucket_of_two_or_three_slabs(self, user_cache):
+        # M = 129..192: two 128-row slabs (swap_ab=16) against three of 64 rows; a table
+        # written before the bucket existed serves it from the open bucket.
+        sw16 = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg")
+        sw8 = KernelConfig.from_name("t256_m4_n16_k8_s4_g8_fp32_sw8_wg")
+        entry = {"n": 8192, "k": 8192, "group_size": 128}
+        self._write(tune.cache_path("GPU C"), [dict(entry, m_bucket=1 << 30, config=sw16.name)])
+        assert tune.lookup("GPU C", 150, 8192, 8192, 128) == sw16
+        self._write(tune.cache_path("GPU D"), [dict(entry, m_bucket=1 << 30, config=sw16.name),
+                                               dict(entry, m_bucket=192, config=sw8.name)])
+        assert [tune.lookup("GPU D", m, 8192, 8192, 128) for m in (129, 192, 193)] == \
+            [sw8, sw8, sw16]
+        assert choose_config(150, 8192, 8192, 128, device_name="GPU D") == sw8
+
     def test_other_group_sizes_are_not_guessed(self, user_cache):
         assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 32) is None
 
