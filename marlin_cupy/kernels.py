@@ -45,6 +45,12 @@ def _base_source() -> str:
 _DEFINE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(-?[0-9]+)$")
 
 
+def defines() -> dict:
+    """The switches of ``$MARLIN_CUPY_DEFINES`` as ``{NAME: value}`` (empty when unset)."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\S+) (-?\d+)",
+                                                             extra_defines())}
+
+
 def extra_defines() -> str:
     """``#define`` lines from ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT"): compile-time
     switches of cuda/marlin.cuh (its experiments and A/B macros) for every kernel built in

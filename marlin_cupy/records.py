@@ -162,6 +162,11 @@ def environment() -> dict:
         "versions": versions(),
         "platform": platform.platform(),
     }
+    from .kernels import defines
+    if defines():
+        # $MARLIN_CUPY_DEFINES built every kernel of this run with these switches: an
+        # experimental build, not the shipped one.
+        env["kernel_defines"] = defines()
     if reason:
         env["gpu_unavailable"] = reason
     return env

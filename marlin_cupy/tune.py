@@ -280,6 +280,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     return {"kind": "tuned_table", "device_name": name, "arch": f"sm_{facts['cc']}", "date": env.get("date"),
             "git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
             "versions": env.get("versions"),
+            **({"kernel_defines": env["kernel_defines"]} if "kernel_defines" in env else {}),
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
             "entries": entries, "measurements": rows}
 

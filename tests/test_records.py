@@ -162,3 +162,10 @@ def test_environment_warns_on_a_dirty_checkout_without_the_variable(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         records.environment()
+
+
+def test_environment_names_experimental_kernel_builds(monkeypatch):
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    assert "kernel_defines" not in records.environment()
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_DESC_ADD=1, MARLIN_PAR_COOP=0")
+    assert records.environment()["kernel_defines"] == {"MARLIN_DESC_ADD": 1, "MARLIN_PAR_COOP": 0}
