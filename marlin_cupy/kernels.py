@@ -46,26 +46,25 @@ _DEFINE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(-?[0-9]+)$")
 
 
 def defines() -> dict:
-    """The switches of ``$MARLIN_CUPY_DEFINES`` as ``{NAME: value}`` (empty when unset)."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\S+) (-?\d+)",
-                                                             extra_defines())}
-
-
-def extra_defines() -> str:
-    """``#define`` lines from ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT"): compile-time
-    switches of cuda/marlin.cuh (its experiments and A/B macros) for every kernel built in
-    this process, e.g. to run the GPU tests on an experimental build. Empty when unset. It is
-    read when a kernel is built: after changing it in a running process, call
-    ``ops.reload_kernels()``."""
+    """The compile-time switches of ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT") as
+    ``{NAME: value}``, empty when unset: switches of cuda/marlin.cuh (its experiments and A/B
+    macros) for every kernel built in this process, e.g. to run the GPU tests on an
+    experimental build. It is read when a kernel is built: after changing it in a running
+    process, call ``ops.reload_kernels()``."""
     raw = os.environ.get("MARLIN_CUPY_DEFINES", "").strip()
-    lines = []
+    out = {}
     for item in filter(None, (v.strip() for v in raw.split(","))):
         m = _DEFINE.match(item)
         if not m:
             raise ValueError(f"MARLIN_CUPY_DEFINES: {item!r} is not NAME=INTEGER "
                              f"(upper-case macro name, integer value)")
-        lines.append(f"#define {m.group(1)} {m.group(2)}\n")
-    return "".join(lines)
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def extra_defines() -> str:
+    """``#define`` lines for the switches of ``defines()``, in their order."""
+    return "".join(f"#define {name} {value}\n" for name, value in defines().items())
 
 
 def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -> str:

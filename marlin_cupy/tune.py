@@ -202,17 +202,13 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                     if _fits(cfg, n, k, smem_limit):
                         out.append(cfg)
     if wgmma:
-        for threads, nb, kb in TUNE_WGMMA_SHAPES:
+        shapes = [(t, nb, kb, 0, TUNE_WGMMA_BLOCKS_PER_SM[t]) for t, nb, kb in TUNE_WGMMA_SHAPES]
+        if m > 16:
+            shapes += [(t, nb, kb, wn, TUNE_NARROW_BLOCKS_PER_SM[t])
+                       for t, nb, kb, wn in TUNE_WGMMA_NARROW]
+        for threads, nb, kb, wn, per_sm in shapes:
             for swap in TUNE_WGMMA_SWAPS.get(m_bucket(m), ()):
-                for blocks, stages in TUNE_WGMMA_BLOCKS_PER_SM[threads]:
-                    for st in stages:
-                        cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True,
-                                           blocks, swap, wgmma=True)
-                        if _fits(cfg, n, k, smem_limit):
-                            out.append(cfg)
-        for threads, nb, kb, wn in TUNE_WGMMA_NARROW if m > 16 else ():
-            for swap in TUNE_WGMMA_SWAPS.get(m_bucket(m), ()):
-                for blocks, stages in TUNE_NARROW_BLOCKS_PER_SM[threads]:
+                for blocks, stages in per_sm:
                     for st in stages:
                         cfg = KernelConfig(threads, max(1, swap // 2), nb, kb, st, g, True,
                                            blocks, swap, wgmma=True, warp_n=wn)
