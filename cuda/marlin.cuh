@@ -35,12 +35,13 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
-// Experiment (benchmarks/NOTES.md entry 27), off (0) in every shipped build: the wgmma loop's
-// activation descriptors by one addition per step (the stage's base plus a per-step constant)
-// instead of rebuilding each from its shared address (shift, mask, OR: 7 uniform-datapath
-// instructions per step in the sw8 and sw16 loops, ~15 % of their instructions).
+// The wgmma loop's activation descriptors by one addition per step (the stage's base plus a
+// per-step constant) instead of rebuilding each from its shared address (shift, mask, OR: 7
+// uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
+// 64-column loop (swap_ab=8: -0.5..-5 % per layer) and costs 1.4-4.3 % in the 32-column one, so
+// 1 (the default) applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs).
 #ifndef MARLIN_DESC_ADD
-#define MARLIN_DESC_ADD 0
+#define MARLIN_DESC_ADD 1
 #endif
 
 namespace mc {
@@ -378,10 +379,19 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
 //                 one after another: each leaves its own in scratch and the last to arrive
 //                 adds them all, in a fixed order (see finish_column).
+// Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
+__host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
+  return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8));
+}
+// The descriptors' base, a member only of the instances that use it: a struct member changes the
+// SASS of instances that never touch it (the others then compile as without the switch).
+template <bool ON> struct DescBase {};
+template <> struct DescBase<true> { uint32_t a_desc_lo; };
+
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0>
-struct Marlin {
+struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
@@ -418,6 +428,7 @@ struct Marlin {
   static constexpr int SUBS_PER_GROUP =
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
+  static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
 
   // Shared-memory geometry, in int4 (16-byte) units.
   static constexpr int A_ROW = 2 * K_BLOCKS;                        // int4 per A row per stage
@@ -822,22 +833,17 @@ struct Marlin {
 
   // Descriptor of the activations of k16 block kb = kw + sub * K_WARPS in ring slot `stage`:
   // region kb / 4 of the A tile, 32 bytes per k16 block into each 128-byte row.
-  // MARLIN_DESC_ADD: the descriptor's low word is (address >> 4) | 1 << 16, and a shared
-  // address below 2^18 bytes (checked at entry) needs no 14-bit mask, so it is linear in the
-  // address: the base of slot 0 (a_desc_lo) plus the slot's and the k16 block's offsets.
-  // (The member exists only in that build, so every other build's code is untouched.)
-#if MARLIN_DESC_ADD
-  uint32_t a_desc_lo;
-#endif
-
+  // DESC_ADD: the descriptor's low word is (address >> 4) | 1 << 16, and a shared address below
+  // 2^18 bytes (checked at entry) needs no 14-bit mask, so it is linear in the address: the
+  // base of slot 0 (a_desc_lo, from DescBase) plus the slot's and the k16 block's offsets.
   __device__ __forceinline__ unsigned long long a_desc(int stage, int sub) const {
     const int kb = kw + sub * K_WARPS;
-#if MARLIN_DESC_ADD
-    const uint32_t lo = a_desc_lo + stage * A_STAGE + (kb / 4) * (TILE_M * 8) + 2 * (kb % 4);
-    return (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62) | lo;
-#else
+    if constexpr (DESC_ADD) {
+      const uint32_t lo =
+          this->a_desc_lo + stage * A_STAGE + (kb / 4) * (TILE_M * 8) + 2 * (kb % 4);
+      return (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62) | lo;
+    }
     return sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) + 32 * (kb % 4));
-#endif
   }
 
   __device__ __forceinline__ void issue_wgmma(const FragA (&w)[WARP_TILES], unsigned long long desc,
@@ -1498,10 +1504,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   // wgmma's 128-byte swizzle is computed on absolute shared addresses: A tiles must start on
   // 1024-byte boundaries (A_STAGE is a multiple of 1024 bytes; the window's base must be too).
   if (WGMMA && (smem_addr(smem) & 1023u) != 0) __trap();
-#if MARLIN_DESC_ADD
-  // The descriptors' 14-bit address field holds every shared address below 2^18 bytes.
-  if (WGMMA && smem_addr(smem) + dynamic_smem_size() > (1u << 18)) __trap();
-#endif
+  // DESC_ADD: the descriptors' 14-bit address field holds every shared address below 2^18 bytes.
+  if (K::DESC_ADD && smem_addr(smem) + dynamic_smem_size() > (1u << 18)) __trap();
 
   K k;
   k.A = A; k.B = B; k.S = S; k.Z = Z; k.C = C; k.scratch = scratch; k.locks = locks;
@@ -1536,9 +1540,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
 
   k.init_fetch_offsets();
   k.init_read_offsets();
-#if MARLIN_DESC_ADD
-  k.a_desc_lo = (smem_addr(k.sh_a) >> 4) | (1u << 16);
-#endif
+  if constexpr (K::DESC_ADD) k.a_desc_lo = (smem_addr(k.sh_a) >> 4) | (1u << 16);
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
   else k.run();
   k.stamp(6);

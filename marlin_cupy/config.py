@@ -293,7 +293,7 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m8_n16_k8_s4_g8_fp32_sw16_wg", "t256_m8_n8_k8_s3_gc_fp32_sw16_wg",
     "t256_m8_n16_k4_s4_g2_fp16_sw16_wg", "t128_m8_n8_k4_s4_g8_fp32_sw16_wg_b2",
     # narrower warps (warp_n): 32 or 16 columns, 512 threads or two CTAs of 256 per SM
-    "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", "t512_m4_n32_k8_s3_gc_fp32_sw8_wg_w32",
+    "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg_w32",
     "t512_m8_n16_k8_s3_g8_fp32_sw16_wg_w16", "t256_m8_n8_k4_s4_g2_fp16_sw16_wg_w16_b2",
     "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_w32_b2"))
 
