@@ -44,6 +44,17 @@
 #define MARLIN_DESC_ADD 1
 #endif
 
+// Experiment (benchmarks/NOTES.md entry 30), off (0) in every shipped build: programmatic
+// dependent launch (sm_90). Each CTA allows the next grid in the stream to launch as soon as
+// it starts (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit,
+// copy the weights, scales and zero points of their first STAGES - 1 units (read-only, so no
+// dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before
+// they touch A, C, the locks or the scratch. Launched without the PDL attribute both are
+// no-ops. Only for weights no kernel writes just before (scripts/pdl_probe.py launches it).
+#ifndef MARLIN_PDL
+#define MARLIN_PDL 0
+#endif
+
 namespace mc {
 
 // NVRTC has no <cstdint>; these are the only fixed-width types the kernel needs.
@@ -229,6 +240,22 @@ __device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[2]) {
 // executed by the writing threads after their writes and before the barrier.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Programmatic dependent launch (PTX ISA, griddepcontrol; sm_90): the wait blocks until the
+// grids this one depends on have completed and their memory is visible; launch_dependents lets
+// the next grid launch before this one ends. Both are no-ops for a launch without the
+// programmatic-serialization attribute, and absent before sm_90.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle layout: rows of
@@ -629,7 +656,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
   __device__ __forceinline__ void fetch_to_shared(const Cursor& c, int stage) {
-    // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
+    fetch_a(c, stage);
+    fetch_weights(c, stage);
+  }
+
+  // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
+  __device__ __forceinline__ void fetch_a(const Cursor& c, int stage) {
     {
       const int rows_left = prob_m - c.slab * TILE_M;
       const int4* a_gl = c.a;
@@ -642,6 +674,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         }
       }
     }
+  }
+
+  // B, and the unit's group scales and zero points.
+  __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
     // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
     {
       const int4* b_gl = c.b;
@@ -1340,8 +1376,28 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
     stamp(1);
+#if MARLIN_PDL
+    // The weights of the first STAGES - 1 units before the wait (they land in the first
+    // group, which the wait below covers), A after it.
+    {
+      Cursor w = fetch;
+#pragma unroll
+      for (int i = 0; i < STAGES - 1; i++) {
+        if (w.unit < unit_end) fetch_weights(w, i);
+        advance(w);
+      }
+    }
+    grid_dependency_wait();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+      if (fetch.unit < unit_end) fetch_a(fetch, i);
+      cp_async_commit();
+      advance(fetch);
+    }
+#else
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+#endif
     stamp(2);
     cp_async_wait<STAGES - 2>();
     if constexpr (WGMMA) fence_proxy_async_shared();
@@ -1498,6 +1554,9 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
                    FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N>;
   extern __shared__ __align__(1024) int4 smem[];
+#if MARLIN_PDL
+  grid_launch_dependents();
+#endif
   // The launcher sizes dynamic shared memory from the same formula (config.py); a mismatch
   // would corrupt memory silently, so it stops the kernel instead.
   if (dynamic_smem_size() < K::SMEM_INT4 * 16u) __trap();

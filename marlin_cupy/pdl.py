@@ -1,0 +1,84 @@
+"""Kernel launches with programmatic dependent launch (PDL, compute capability 9.0).
+
+CuPy launches through ``cuLaunchKernel``, which takes no launch attributes; this module calls the
+driver's ``cuLaunchKernelEx`` through ctypes with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+SERIALIZATION`` set, so that a kernel built with ``MARLIN_PDL 1`` (cuda/marlin.cuh) may start
+while the previous kernel in the stream is still running. Experimental (benchmarks/NOTES.md
+entry 30): ``scripts/pdl_probe.py`` is its only user.
+
+The structures follow the layout documented in the CUDA driver API's ``cuda.h`` (CUDA 12.0+):
+``CUlaunchAttribute`` is a 4-byte id, 4 bytes of padding and a 64-byte union (8-byte aligned);
+``CUlaunchConfig`` is seven ``unsigned int`` (grid, block, dynamic shared memory), the stream,
+the attribute pointer and their count. ``tests/test_pdl.py`` checks sizes and offsets.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class LaunchAttributeValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64),
+                ("programmatic_stream_serialization_allowed", ctypes.c_int),
+                ("_align", ctypes.c_uint64)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int),
+                ("pad", ctypes.c_char * 4),
+                ("value", LaunchAttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernelEx
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+    return fn
+
+
+def _arg(value):
+    """A ctypes holder for one kernel argument: device arrays as their pointer, NumPy scalars
+    as their own type. Anything else is refused (a wrong width would shift every argument)."""
+    if hasattr(value, "data") and hasattr(value.data, "ptr"):          # cupy.ndarray
+        return ctypes.c_void_p(value.data.ptr)
+    if isinstance(value, np.int32):
+        return ctypes.c_int32(int(value))
+    if isinstance(value, np.uint64):
+        return ctypes.c_uint64(int(value))
+    raise TypeError(f"unsupported kernel argument type {type(value).__name__}: pass CuPy "
+                    f"arrays or NumPy int32/uint64 scalars")
+
+
+def launch(kernel, grid: int, block: int, args, shared_mem: int, stream, pdl: bool = True):
+    """Launch ``kernel`` (a ``cupy.RawKernel`` from ``RawModule.get_function``) on ``stream``
+    through ``cuLaunchKernelEx``, with the programmatic-serialization attribute when ``pdl``.
+
+    The kernel's dynamic shared memory limit must already be set (``ops.build_kernel`` does).
+    Raises ``RuntimeError`` with the driver's error code if the launch fails.
+    """
+    holders = [_arg(a) for a in args]
+    params = (ctypes.c_void_p * len(holders))(
+        *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
+    attr = LaunchAttribute()
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmatic_stream_serialization_allowed = 1
+    cfg = LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem, ctypes.c_void_p(stream.ptr),
+                       ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
+    err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(kernel.kernel.ptr), params, None)
+    if err != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")

@@ -1,0 +1,209 @@
+"""Programmatic dependent launch (MARLIN_PDL, benchmarks/NOTES.md entry 30) on real layers
+(needs a compute-capability-9.0 GPU).
+
+    python3 scripts/pdl_probe.py OUT.json [--sets llama2-7b,llama2-13b,llama2-70b]
+                                 [--m 1,2,4,8,16,32,64,128] [--length 32] [--reps 7]
+
+Each layer and M runs the default dispatch's config as a *chain*: ``--length`` launches back to
+back on one stream (weights rotated past the L2 as in the tuner), with an event before the
+first and after the last, queued behind a spin kernel so the host is ahead; the time per
+launch is the chain's time divided by its length, the median over ``--reps`` chains. Per-call
+timing (the harness's) cannot show PDL: an event recorded between two kernels ends the overlap.
+
+Variants, interleaved per repetition:
+- ``plain``: the shipped build, launched by CuPy (``cuLaunchKernel``);
+- ``pdl``: the ``MARLIN_PDL 1`` build through ``cuLaunchKernelEx`` with the
+  programmatic-serialization attribute (``marlin_cupy.pdl``);
+- ``pdl_noattr``: the same build and launch path without the attribute (the cost of the build
+  and of the launch path alone);
+- ``fp16``: ``cupy.matmul`` on fp16 weights, the same chain (rotated past the L2).
+
+Correctness, recorded and counted (exit status 1 on any failure):
+- every layer and M: the last output of the ``pdl`` chain equals the ``plain`` one bitwise;
+- a dependent chain on each square layer: y_{i+1} = y_i @ W_i for 8 launches, each reading the
+  previous output, with PDL and without; every y_i equal bitwise. A kernel that read A before
+  its wait would read the previous output before it is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from marlin_cupy import jit, kernels, ops, pdl  # noqa: E402
+from marlin_cupy.bench.harness import (L2_FACTOR, SPIN_MAX_US, Timer, bench_stream,  # noqa: E402
+                                       layer_cases, random_weight_rotation, rotation_copies)
+from marlin_cupy.bench.shapes import SHAPE_SETS, set_shapes  # noqa: E402
+from marlin_cupy.records import environment  # noqa: E402
+
+PREFIX = "#define MARLIN_PDL 1\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
+    p.add_argument("--m", default="1,2,4,8,16,32,64,128")
+    p.add_argument("--length", type=int, default=32)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--group-size", type=int, default=128)
+    a = p.parse_args(argv)
+    if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
+        p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds")
+    ms = [int(v) for v in a.m.split(",")]
+    shapes = set_shapes(a.sets)
+    g = a.group_size
+    cfgs = {ops.plan(m, n, k, g).config for (k, n) in shapes for m in ms}
+    jit.warm_cache([(pre + kernels.marlin_source(c, False), c.arch_suffix)
+                    for c in cfgs for pre in ("", PREFIX)], os.cpu_count() or 4)
+    pdl_kernels = {c: ops.build_kernel(c, prefix=PREFIX) for c in cfgs}
+    l2 = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize", 50 << 20))
+
+    rng = np.random.default_rng(0)
+    rows, failures = [], 0
+    with bench_stream() as stream:
+        timer = Timer(stream)
+        ws = ops.workspace(stream)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def chain(launch, copies):
+            out = []
+            for _ in range(a.reps):
+                timer.spin(min(SPIN_MAX_US, 60.0 * a.length + 100.0))
+                start.record(stream)
+                for i in range(a.length):
+                    launch(i % copies)
+                end.record(stream)
+                end.synchronize()
+                out.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / a.length)
+            return out
+
+        def launchers(plan, x, mws, out, kernel_pdl):
+            locks, scratch = ws.get(plan.grid, plan.scratch_floats)
+            m, k = x.shape
+            n = out.shape[1]
+
+            def args(i):
+                return (x, mws[i].qweight, mws[i].scales, mws[i].scales, out, scratch, locks,
+                        np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
+
+            def plain(i):
+                plan.kernel((plan.grid,), (plan.threads,), args(i), shared_mem=plan.smem)
+
+            def with_pdl(i, attr=True):
+                pdl.launch(kernel_pdl, plan.grid, plan.threads, args(i), plan.smem, stream,
+                           pdl=attr)
+            return plain, with_pdl
+
+        for k, n, m, x, mws in layer_cases(shapes, ms, g, rng):
+            plan = ops.plan(m, n, k, g)
+            cfg = plan.config
+            copies = len(mws)
+            out = cp.empty((m, n), dtype=cp.float16)
+            plain, with_pdl = launchers(plan, x, mws, out, pdl_kernels[cfg])
+            w16 = [cp.random.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+                   for _ in range(rotation_copies(k * n * 2, l2, 8 << 30, L2_FACTOR))]
+            out16 = cp.empty((m, n), dtype=cp.float16)
+
+            def fp16(i):
+                cp.matmul(x, w16[i % len(w16)], out=out16)
+
+            row = {"k": k, "n": n, "m": m, "config": cfg.name, "copies": copies}
+            try:
+                for f in (plain, with_pdl, lambda i: with_pdl(i, False), fp16):
+                    chain(f, copies)                                     # warm-up
+                times = {"plain": [], "pdl": [], "pdl_noattr": [], "fp16": []}
+                for _ in range(2):
+                    times["plain"] += chain(plain, copies)
+                    times["pdl"] += chain(with_pdl, copies)
+                    times["pdl_noattr"] += chain(lambda i: with_pdl(i, False), copies)
+                    times["fp16"] += chain(fp16, len(w16))
+                plain(0)
+                y_plain = out.copy()
+                with_pdl(0)
+                stream.synchronize()
+                same = bool(cp.all(out.view(cp.uint16) == y_plain.view(cp.uint16)))
+            except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                rows.append(dict(row, error=repr(e)))
+                failures += 1
+                print(f"{k}x{n} m={m}: ERROR {e!r}", flush=True)
+                continue
+            med = {v: statistics.median(t) for v, t in times.items()}
+            failures += not same
+            rows.append(dict(row, equal=same, **{f"{v}_us": t for v, t in med.items()}))
+            print(f"{k}x{n} m={m} {cfg.name}: plain {med['plain']:.2f} us, pdl {med['pdl']:.2f} "
+                  f"({med['pdl'] / med['plain'] - 1:+.1%}), pdl_noattr {med['pdl_noattr']:.2f}, "
+                  f"fp16 {med['fp16']:.2f}{'' if same else '  MISMATCH'}", flush=True)
+            del w16
+            cp.get_default_memory_pool().free_all_blocks()
+
+        # Dependent chains on the square layers.
+        deps = []
+        for k, n in shapes:
+            if k != n:
+                continue
+            for m in (1, 16, 64, 128):
+                plan = ops.plan(m, n, k, g)
+                ws_locks, ws_scratch = ws.get(plan.grid, plan.scratch_floats)
+                mws = random_weight_rotation(k, n, g, rng, cap_bytes=k * n // 2 * 8)[:8]
+                ys = {}
+                for mode in ("plain", "pdl"):
+                    y = [cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                         if mode == "plain" else ys["plain"][0]]
+                    timer.spin(2000.0)
+                    for i in range(8):
+                        nxt = cp.empty((m, n), dtype=cp.float16)
+                        args = (y[-1], mws[i % len(mws)].qweight, mws[i % len(mws)].scales,
+                                mws[i % len(mws)].scales, nxt, ws_scratch, ws_locks,
+                                np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
+                        if mode == "plain":
+                            plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
+                        else:
+                            pdl.launch(pdl_kernels.get(plan.config) or
+                                       ops.build_kernel(plan.config, prefix=PREFIX),
+                                       plan.grid, plan.threads, args, plan.smem, stream)
+                        y.append(nxt)
+                    stream.synchronize()
+                    ys[mode] = y
+                same = all(bool(cp.all(p.view(cp.uint16) == q.view(cp.uint16)))
+                           for p, q in zip(ys["plain"], ys["pdl"]))
+                failures += not same
+                deps.append({"k": k, "n": n, "m": m, "config": plan.config.name, "equal": same})
+                print(f"dependent chain {k}x{n} m={m} {plan.config.name}: "
+                      f"{'equal' if same else 'MISMATCH'}", flush=True)
+
+    summary = {}
+    for s, layers in SHAPE_SETS.items():
+        if s not in a.sets.split(","):
+            continue
+        for m in ms:
+            rs = [r for r in rows if r["m"] == m and (r["k"], r["n"]) in
+                  {tuple(x) for x in layers} and "error" not in r]
+            if len(rs) != len({tuple(x) for x in layers}):
+                continue
+            tot = {v: sum(r[f"{v}_us"] for r in rs) for v in ("plain", "pdl", "pdl_noattr", "fp16")}
+            summary.setdefault(s, {})[str(m)] = tot
+            print(f"{s} M={m}: plain {tot['plain']:.1f} us ({tot['fp16'] / tot['plain']:.2f}x), "
+                  f"pdl {tot['pdl']:.1f} us ({tot['fp16'] / tot['pdl']:.2f}x, "
+                  f"{tot['pdl'] / tot['plain'] - 1:+.1%}), pdl_noattr {tot['pdl_noattr']:.1f}, "
+                  f"fp16 {tot['fp16']:.1f}", flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"kind": "pdl_probe", "sets": a.sets, "length": a.length, "reps": a.reps,
+                   "environment": environment(), "failures": failures, "summary": summary,
+                   "rows": rows, "dependent_chains": deps}, f, indent=1)
+    print(f"pdl_probe: {len(rows)} rows, {len(deps)} dependent chains, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

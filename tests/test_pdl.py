@@ -1,0 +1,70 @@
+"""The ctypes mirror of cuLaunchKernelEx's structures (marlin_cupy/pdl.py) has cuda.h's layout.
+
+No GPU needed. The layout is compared with the header itself, compiled by the host C compiler,
+when both are found; the expected numbers below are the same layout written out.
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marlin_cupy import pdl
+
+PROBE = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <cuda.h>
+int main(void) {
+  printf("%zu %zu %zu %zu %zu %zu %zu %d\n", sizeof(CUlaunchAttribute),
+         offsetof(CUlaunchAttribute, value), sizeof(CUlaunchConfig),
+         offsetof(CUlaunchConfig, sharedMemBytes), offsetof(CUlaunchConfig, hStream),
+         offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs),
+         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+  return 0;
+}
+"""
+
+
+def ours():
+    return (ctypes.sizeof(pdl.LaunchAttribute), pdl.LaunchAttribute.value.offset,
+            ctypes.sizeof(pdl.LaunchConfig), pdl.LaunchConfig.sharedMemBytes.offset,
+            pdl.LaunchConfig.hStream.offset, pdl.LaunchConfig.attrs.offset,
+            pdl.LaunchConfig.numAttrs.offset,
+            pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+
+
+def test_layout_is_cuda_h_written_out():
+    assert ours() == (72, 8, 56, 24, 32, 40, 48, 6)
+
+
+def test_layout_matches_the_header(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    try:
+        from marlin_cupy import jit
+        include = Path(jit.cuda_include_dir())
+    except Exception as e:  # noqa: BLE001 - no CUDA headers on this machine
+        pytest.skip(f"no CUDA include directory: {e}")
+    if not (include / "cuda.h").exists():
+        pytest.skip(f"no cuda.h in {include}")
+    src = tmp_path / "probe.c"
+    src.write_text(PROBE)
+    exe = tmp_path / "probe"
+    subprocess.run([cc, "-I", str(include), "-o", str(exe), str(src)], check=True)
+    header = tuple(int(v) for v in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                  check=True).stdout.split())
+    assert header == ours()
+
+
+def test_arguments_keep_their_width():
+    assert isinstance(pdl._arg(np.int32(7)), ctypes.c_int32)
+    assert isinstance(pdl._arg(np.uint64(7)), ctypes.c_uint64)
+    for bad in (7, 7.0, np.int64(7), None):
+        with pytest.raises(TypeError, match="unsupported kernel argument"):
+            pdl._arg(bad)
