@@ -49,8 +49,10 @@
 // it starts (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit,
 // copy the weights, scales and zero points of their first STAGES - 1 units (read-only, so no
 // dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before
-// they touch A, C, the locks or the scratch. Launched without the PDL attribute both are
-// no-ops. Only for weights no kernel writes just before (scripts/pdl_probe.py launches it).
+// they touch A, C, the locks or the scratch. 2: the same, but the weights before the wait go
+// into L2 only (prefetch), and the usual prologue follows the wait. Launched without the PDL
+// attribute both instructions are no-ops. Only for weights no kernel writes just before
+// (scripts/pdl_probe.py launches it).
 #ifndef MARLIN_PDL
 #define MARLIN_PDL 0
 #endif
@@ -107,6 +109,11 @@ __device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bo
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(glob));
+}
+
+// The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
+__device__ __forceinline__ void prefetch_l2(const void* glob) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(glob));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -676,7 +683,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     }
   }
 
-  // B, and the unit's group scales and zero points.
+  // B, and the unit's group scales and zero points. L2_ONLY: prefetch them into L2 instead.
+  template <bool L2_ONLY = false>
+  static __device__ __forceinline__ void copy16(void* smem, const void* glob) {
+    if constexpr (L2_ONLY) prefetch_l2(glob);
+    else cp_async16(smem, glob);
+  }
+
+  template <bool L2_ONLY = false>
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
     // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
     {
@@ -685,20 +699,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
         if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
-          cp_async16(b_sh + i * THREADS, b_gl + b_gl_at(i));
+          copy16<L2_ONLY>(b_sh + i * THREADS, b_gl + b_gl_at(i));
       }
     }
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
     if constexpr (!PER_CHANNEL) {
       static_assert(S_STAGE <= THREADS, "one scale copy per thread at most");
       if (tid < S_STAGE)
-        cp_async16(sh_s + stage * S_STAGE + tid,
+        copy16<L2_ONLY>(sh_s + stage * S_STAGE + tid,
                    S + group0 * (prob_n / 8) + c.n_tile * S_ROW + s_gl_off);
     }
     if constexpr (HAS_ZP) {
       static_assert(Z_STAGE <= THREADS, "one zero-point copy per thread at most");
       if (tid < Z_STAGE)
-        cp_async16(sh_z + stage * Z_STAGE + tid,
+        copy16<L2_ONLY>(sh_z + stage * Z_STAGE + tid,
                    Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
     }
   }
@@ -1376,9 +1390,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
     stamp(1);
-#if MARLIN_PDL
-    // The weights of the first STAGES - 1 units before the wait (they land in the first
-    // group, which the wait below covers), A after it.
+#if MARLIN_PDL == 2
+    // Variant 2: the weights of the first STAGES - 1 units into L2 before the wait, then the
+    // usual prologue after it (its weight copies then read L2).
+    {
+      Cursor w = fetch;
+#pragma unroll
+      for (int i = 0; i < STAGES - 1; i++) {
+        if (w.unit < unit_end) fetch_weights<true>(w, i);
+        advance(w);
+      }
+    }
+    grid_dependency_wait();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+#elif MARLIN_PDL
+    // Variant 1: the weights of the first STAGES - 1 units before the wait (they land in the
+    // first group, which the wait below covers), A after it.
     {
       Cursor w = fetch;
 #pragma unroll

@@ -12,7 +12,7 @@ timing (the harness's) cannot show PDL: an event recorded between two kernels en
 
 Variants, interleaved per repetition:
 - ``plain``: the shipped build, launched by CuPy (``cuLaunchKernel``);
-- ``pdl``: the ``MARLIN_PDL 1`` build through ``cuLaunchKernelEx`` with the
+- ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1 or 2) through ``cuLaunchKernelEx`` with the
   programmatic-serialization attribute (``marlin_cupy.pdl``);
 - ``pdl_noattr``: the same build and launch path without the attribute (the cost of the build
   and of the launch path alone);
@@ -46,7 +46,6 @@ from marlin_cupy.bench.harness import (L2_FACTOR, SPIN_MAX_US, Timer, bench_stre
 from marlin_cupy.bench.shapes import SHAPE_SETS, set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 
-PREFIX = "#define MARLIN_PDL 1\n"
 
 
 def main(argv=None) -> int:
@@ -57,7 +56,11 @@ def main(argv=None) -> int:
     p.add_argument("--length", type=int, default=32)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--variant", type=int, default=1, choices=(1, 2),
+                   help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
+                        "before the wait, 2 prefetches them into L2")
     a = p.parse_args(argv)
+    PREFIX = f"#define MARLIN_PDL {a.variant}\n"
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
         p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds")
     ms = [int(v) for v in a.m.split(",")]
@@ -198,7 +201,7 @@ def main(argv=None) -> int:
                   f"{tot['pdl'] / tot['plain'] - 1:+.1%}), pdl_noattr {tot['pdl_noattr']:.1f}, "
                   f"fp16 {tot['fp16']:.1f}", flush=True)
     with open(a.out, "w") as f:
-        json.dump({"kind": "pdl_probe", "sets": a.sets, "length": a.length, "reps": a.reps,
+        json.dump({"kind": "pdl_probe", "variant": a.variant, "sets": a.sets, "length": a.length, "reps": a.reps,
                    "environment": environment(), "failures": failures, "summary": summary,
                    "rows": rows, "dependent_chains": deps}, f, indent=1)
     print(f"pdl_probe: {len(rows)} rows, {len(deps)} dependent chains, {failures} failures")
