@@ -16,6 +16,8 @@ Variants, interleaved per repetition:
   programmatic-serialization attribute (``marlin_cupy.pdl``);
 - ``pdl_noattr``: the same build and launch path without the attribute (the cost of the build
   and of the launch path alone);
+- ``plain_ex``: the shipped build through ``cuLaunchKernelEx`` without the attribute (the
+  launch path alone);
 - ``fp16``: ``cupy.matmul`` on fp16 weights, the same chain (rotated past the L2).
 
 Correctness, recorded and counted (exit status 1 on any failure):
@@ -103,8 +105,8 @@ def main(argv=None) -> int:
             def plain(i):
                 plan.kernel((plan.grid,), (plan.threads,), args(i), shared_mem=plan.smem)
 
-            def with_pdl(i, attr=True):
-                pdl.launch(kernel_pdl, plan.grid, plan.threads, args(i), plan.smem, stream,
+            def with_pdl(i, attr=True, kernel=kernel_pdl):
+                pdl.launch(kernel, plan.grid, plan.threads, args(i), plan.smem, stream,
                            pdl=attr)
             return plain, with_pdl
 
@@ -123,13 +125,17 @@ def main(argv=None) -> int:
 
             row = {"k": k, "n": n, "m": m, "config": cfg.name, "copies": copies}
             try:
-                for f in (plain, with_pdl, lambda i: with_pdl(i, False), fp16):
+                def plain_ex(i):
+                    with_pdl(i, False, plan.kernel)
+
+                for f in (plain, with_pdl, lambda i: with_pdl(i, False), plain_ex, fp16):
                     chain(f, copies)                                     # warm-up
-                times = {"plain": [], "pdl": [], "pdl_noattr": [], "fp16": []}
+                times = {"plain": [], "pdl": [], "pdl_noattr": [], "plain_ex": [], "fp16": []}
                 for _ in range(2):
                     times["plain"] += chain(plain, copies)
                     times["pdl"] += chain(with_pdl, copies)
                     times["pdl_noattr"] += chain(lambda i: with_pdl(i, False), copies)
+                    times["plain_ex"] += chain(plain_ex, copies)
                     times["fp16"] += chain(fp16, len(w16))
                 plain(0)
                 y_plain = out.copy()
@@ -146,6 +152,7 @@ def main(argv=None) -> int:
             rows.append(dict(row, equal=same, **{f"{v}_us": t for v, t in med.items()}))
             print(f"{k}x{n} m={m} {cfg.name}: plain {med['plain']:.2f} us, pdl {med['pdl']:.2f} "
                   f"({med['pdl'] / med['plain'] - 1:+.1%}), pdl_noattr {med['pdl_noattr']:.2f}, "
+                  f"plain_ex {med['plain_ex']:.2f}, "
                   f"fp16 {med['fp16']:.2f}{'' if same else '  MISMATCH'}", flush=True)
             del w16
             cp.get_default_memory_pool().free_all_blocks()
@@ -194,11 +201,13 @@ def main(argv=None) -> int:
                   {tuple(x) for x in layers} and "error" not in r]
             if len(rs) != len({tuple(x) for x in layers}):
                 continue
-            tot = {v: sum(r[f"{v}_us"] for r in rs) for v in ("plain", "pdl", "pdl_noattr", "fp16")}
+            tot = {v: sum(r[f"{v}_us"] for r in rs)
+                   for v in ("plain", "pdl", "pdl_noattr", "plain_ex", "fp16")}
             summary.setdefault(s, {})[str(m)] = tot
             print(f"{s} M={m}: plain {tot['plain']:.1f} us ({tot['fp16'] / tot['plain']:.2f}x), "
                   f"pdl {tot['pdl']:.1f} us ({tot['fp16'] / tot['pdl']:.2f}x, "
                   f"{tot['pdl'] / tot['plain'] - 1:+.1%}), pdl_noattr {tot['pdl_noattr']:.1f}, "
+                  f"plain_ex {tot['plain_ex']:.1f}, "
                   f"fp16 {tot['fp16']:.1f}", flush=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "pdl_probe", "variant": a.variant, "sets": a.sets, "length": a.length, "reps": a.reps,
