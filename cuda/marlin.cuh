@@ -44,15 +44,16 @@
 #define MARLIN_DESC_ADD 1
 #endif
 
-// Experiment (benchmarks/NOTES.md entry 30), off (0) in every shipped build: programmatic
-// dependent launch (sm_90). Each CTA allows the next grid in the stream to launch as soon as
-// it starts (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit,
-// copy the weights, scales and zero points of their first STAGES - 1 units (read-only, so no
-// dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before
-// they touch A, C, the locks or the scratch. 2: the same, but the weights before the wait go
-// into L2 only (prefetch), and the usual prologue follows the wait. Launched without the PDL
-// attribute both instructions are no-ops. Only for weights no kernel writes just before
-// (scripts/pdl_probe.py launches it).
+// Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
+// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 a measured variant.
+// Each CTA allows the next grid in the stream to launch as soon as it starts
+// (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit, copy the
+// weights, scales and zero points of their first STAGES - 1 units (read-only, so no
+// dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before they
+// touch A, C, the locks or the scratch. 2: the same, but the weights before the wait go into
+// L2 only (prefetch), and the usual prologue follows the wait. Launched without the PDL
+// attribute both instructions are no-ops. Only for weights that the kernel just before does
+// not write (matmul's contract).
 #ifndef MARLIN_PDL
 #define MARLIN_PDL 0
 #endif

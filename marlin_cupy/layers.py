@@ -12,9 +12,10 @@ class MarlinLinear:
 
     ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (symmetric
     4-bit, round-to-nearest) and packs; ``MarlinLinear(qw_or_mw, bias)`` wraps existing weights.
+    ``pdl=True`` launches with programmatic dependent launch (see ``matmul``'s contract).
     """
 
-    def __init__(self, weight, bias=None, config: KernelConfig | None = None):
+    def __init__(self, weight, bias=None, config: KernelConfig | None = None, pdl: bool = False):
         from . import layout
         if isinstance(weight, QuantizedWeight):
             weight = layout.pack(weight)
@@ -23,6 +24,7 @@ class MarlinLinear:
                              f"{type(weight).__name__}.")
         self.weight = weight if weight.on_device else weight.to_device()
         self.config = config
+        self.pdl = pdl
         self.bias = None
         if bias is not None:
             import cupy as cp
@@ -36,9 +38,9 @@ class MarlinLinear:
 
     @classmethod
     def from_float(cls, w: np.ndarray, bias=None, group_size: int = 128, sym: bool = True,
-                   config: KernelConfig | None = None) -> "MarlinLinear":
+                   config: KernelConfig | None = None, pdl: bool = False) -> "MarlinLinear":
         from .quantize import quantize
-        return cls(quantize(w, bits=4, group_size=group_size, sym=sym), bias, config)
+        return cls(quantize(w, bits=4, group_size=group_size, sym=sym), bias, config, pdl)
 
     @property
     def in_features(self) -> int:
@@ -50,7 +52,7 @@ class MarlinLinear:
 
     def __call__(self, x, out=None, stream=None):
         from .ops import matmul
-        y = matmul(x, self.weight, out=out, config=self.config, stream=stream)
+        y = matmul(x, self.weight, out=out, config=self.config, stream=stream, pdl=self.pdl)
         if self.bias is not None:
             if type(y).__module__.startswith("torch"):
                 import torch

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import jit, kernels
+from . import pdl as _pdl
 from .config import KernelConfig, choose_config, group_blocks_for
 from .weights import MarlinWeight
 
@@ -34,6 +35,10 @@ _lock = threading.Lock()
 _device_props: dict = {}
 _workspaces: dict = {}
 _kernels: dict = {}
+_pdl_kernels: dict = {}
+
+#: Prefix of the build that ``matmul(..., pdl=True)`` launches (cuda/marlin.cuh, MARLIN_PDL).
+PDL_PREFIX = "#define MARLIN_PDL 1\n"
 
 
 def device_facts(device_id: int | None = None) -> dict:
@@ -94,20 +99,22 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = ""):
     return ker
 
 
-def _kernel(cfg: KernelConfig, has_zp: bool):
+def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False):
     cp = _cupy()
     key = (cp.cuda.Device().id, cfg, has_zp)
-    ker = _kernels.get(key)
+    cache = _pdl_kernels if pdl else _kernels
+    ker = cache.get(key)
     if ker is None:
-        ker = _kernels[key] = build_kernel(cfg, has_zp)
+        ker = cache[key] = build_kernel(cfg, has_zp, prefix=PDL_PREFIX if pdl else "")
     return ker
 
 
-def resident_ctas(cfg: KernelConfig, has_zp: bool = False) -> int:
-    """CTAs of this compiled instance that fit on one SM at once (occupancy calculator)."""
+def resident_ctas(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) -> int:
+    """CTAs of this compiled instance (the ``pdl=True`` build if ``pdl``) that fit on one SM at
+    once (occupancy calculator)."""
     from cupy_backends.cuda.api import driver
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        _kernel(cfg, has_zp).kernel.ptr, cfg.threads, cfg.smem_bytes(has_zp))
+        _kernel(cfg, has_zp, pdl).kernel.ptr, cfg.threads, cfg.smem_bytes(has_zp))
 
 
 def kernel_resources(cfg: KernelConfig, has_zp: bool = False) -> dict:
@@ -121,6 +128,7 @@ def kernel_resources(cfg: KernelConfig, has_zp: bool = False) -> dict:
 def reload_kernels():
     """Drop compiled kernels so edited sources in cuda/ are picked up (notebooks, autotuning)."""
     _kernels.clear()
+    _pdl_kernels.clear()
     _plan.cache_clear()
     jit._modules.clear()
     kernels.reload_sources()
@@ -147,12 +155,13 @@ def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False):
 
 
 def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
-         config: KernelConfig | None = None, max_ctas: int | None = None) -> "Plan":
+         config: KernelConfig | None = None, max_ctas: int | None = None,
+         pdl: bool = False) -> "Plan":
     """The launch ``matmul`` makes for this problem on the current device: its config (the
     tuned table's or the heuristic's), kernel, grid and shared memory. Benchmarks report
     ``plan(...).config`` so that the config they record is the one that ran."""
     cp = _cupy()
-    return _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas)
+    return _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas, pdl)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +225,17 @@ def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, ha
                          + ". Pass config=None for the default choice.")
 
 
+def check_pdl(pdl, device_cc: str | None):
+    """``pdl`` must be a bool, and True only where programmatic dependent launch exists
+    (compute capability 9.0 and newer)."""
+    if not isinstance(pdl, (bool, np.bool_)):
+        raise ValueError(f"pdl must be True or False; got {pdl!r}.")
+    if pdl and device_cc is not None and int(device_cc) < 90:
+        raise ValueError(f"pdl=True needs programmatic dependent launch, compute capability "
+                         f"9.0 or newer; this device is {device_cc[:-1]}.{device_cc[-1]}. "
+                         f"Use pdl=False.")
+
+
 # ---------------------------------------------------------------------------------------------
 # matmul
 # ---------------------------------------------------------------------------------------------
@@ -232,20 +252,21 @@ class Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
-          config: KernelConfig | None, max_ctas: int | None) -> Plan:
+          config: KernelConfig | None, max_ctas: int | None, pdl: bool = False) -> Plan:
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
         m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
+    check_pdl(pdl, facts["cc"])
     if max_ctas is not None and max_ctas < 1:
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
     units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
-    kernel = _kernel(cfg, has_zp)
+    kernel = _kernel(cfg, has_zp, pdl)
     # Every CTA must be resident at once (CTAs wait on each other's partial sums), so the grid
     # never exceeds what the hardware keeps resident: blocks_per_sm CTAs per SM, as far as the
     # occupancy calculator confirms for this compiled kernel.
-    resident = resident_ctas(cfg, has_zp)
+    resident = resident_ctas(cfg, has_zp, pdl)
     if resident < 1:
         raise ValueError(f"config {cfg.name} cannot launch on this device (no CTA fits an SM: "
                          f"{kernel.num_regs} registers x {cfg.threads} threads, "
@@ -259,7 +280,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     return Plan(cfg, kernel, grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
                 slots * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
-           max_ctas: int | None = None):
+           max_ctas: int | None = None, pdl: bool = False):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
 
     ``x`` may be a CuPy array or any GPU tensor exposing ``__dlpack__`` (torch, zero-copy); a
@@ -271,6 +292,15 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     The first call for a shape compiles (or loads from CuPy's cache) its kernel and allocates
     the stream's lock and scratch workspace; make one such call before capturing a CUDA graph.
     The workspace's locks are zero again after every call, so graph replays need no reset.
+
+    ``pdl=True`` (compute capability 9.0+) launches with programmatic dependent launch: the
+    kernel may start while the previous kernel on the stream is still running, copies its first
+    weight tiles, and waits for that kernel to finish before it reads ``x`` or touches ``out``
+    and the workspace. Back to back it hides most of the start and end of each launch
+    (benchmarks/NOTES.md entry 30). The contract: **the kernel launched just before on this
+    stream must not write this weight** (``qweight``, ``scales``, ``zeros``), since they are read
+    before the wait. Writing ``x`` there is fine (a norm before the projection, say). Outputs
+    are bitwise those of ``pdl=False``.
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")
@@ -302,8 +332,9 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
         out_cp = _as_cupy(out, "out")
         _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
     has_zp = mw.zeros is not None
-    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas) \
-        if m else None
+    check_pdl(pdl, None)
+    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas,
+                 bool(pdl)) if m else None
     # Everything that allocates or launches happens on the launch stream: CuPy's memory pool
     # hands a block back to the stream that allocated it, so an output allocated on another
     # stream could be reused there while this kernel still writes it.
@@ -316,10 +347,13 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
             x2 = cp.take(x2, mw.perm, axis=1)          # act-order: columns in group order
         locks, scratch = workspace(stream).get(plan.grid, plan.scratch_floats)
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
-        plan.kernel((plan.grid,), (plan.threads,),
-                    (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
-                     np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel)),
-                    shared_mem=plan.smem)
+        args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
+                np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
+        if pdl:
+            _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem,
+                        cp.cuda.get_current_stream())
+        else:
+            plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
     return _like_input(out if out is not None else out_cp, is_torch)
 
 

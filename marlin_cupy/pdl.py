@@ -2,9 +2,9 @@
 
 CuPy launches through ``cuLaunchKernel``, which takes no launch attributes; this module calls the
 driver's ``cuLaunchKernelEx`` through ctypes with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
-SERIALIZATION`` set, so that a kernel built with ``MARLIN_PDL 1`` (cuda/marlin.cuh) may start
-while the previous kernel in the stream is still running. Experimental (benchmarks/NOTES.md
-entry 30): ``scripts/pdl_probe.py`` is its only user.
+SERIALIZATION`` set, so that a kernel built with ``MARLIN_PDL`` (cuda/marlin.cuh) may start
+while the previous kernel in the stream is still running. ``ops.matmul(..., pdl=True)`` and
+``scripts/pdl_probe.py`` launch through it (benchmarks/NOTES.md entry 30).
 
 The structures follow the layout documented in the CUDA driver API's ``cuda.h`` (CUDA 12.0+):
 ``CUlaunchAttribute`` is a 4-byte id, 4 bytes of padding and a 64-byte union (8-byte aligned);

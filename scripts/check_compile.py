@@ -93,9 +93,9 @@ def config_targets():
         marlin_entry = None
     from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances
 
-    def target(cfg, zp, archs=()):
-        return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}",
-                      source=marlin_source(cfg, zp),
+    def target(cfg, zp, archs=(), prefix="", tag=""):
+        return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
+                      source=prefix + marlin_source(cfg, zp),
                       entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs)
 
     targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
@@ -104,10 +104,21 @@ def config_targets():
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
     par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
            for zp in (False, True)]
-    return targets + tuned + wg + par, (
+    # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
+    # the tuned tables of such devices dispatch. It differs from the plain build in the
+    # prologue only; the heuristic's configs are not compiled in it here.
+    try:
+        from marlin_cupy.ops import PDL_PREFIX
+    except ImportError:
+        PDL_PREFIX = None
+    pdl = [] if PDL_PREFIX is None else [
+        target(cfg, zp, (arch + cfg.arch_suffix,), PDL_PREFIX, "_pdl")
+        for arch, cfgs in tuned_instances().items() if int(arch[3:]) >= 90
+        for cfg in cfgs for zp in (False, True)]
+    return targets + tuned + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
-        f"{len(wg) // 2} wgmma examples (sm_90a) and {len(par) // 2} parallel-reduction examples, "
-        f"sym and zero-point each")
+        f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction examples "
+        f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")
 
 
 def all_targets():

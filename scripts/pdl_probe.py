@@ -20,6 +20,11 @@ Variants, interleaved per repetition:
   launch path alone);
 - ``fp16``: ``cupy.matmul`` on fp16 weights, the same chain (rotated past the L2).
 
+With ``--pairs``, three more: ``pair_plain``, ``pair_pdl`` and ``pair_fp16``, the same chains
+with an elementwise CuPy kernel that rewrites ``x`` (``x *= 1``) before every launch, as a norm
+does before a projection in a model: the kernel before each launch is then not ours and does
+not let it start early. The time per launch includes the elementwise kernel's.
+
 Correctness, recorded and counted (exit status 1 on any failure):
 - every layer and M: the last output of the ``pdl`` chain equals the ``plain`` one bitwise;
 - a dependent chain on each square layer: y_{i+1} = y_i @ W_i for 8 launches, each reading the
@@ -58,6 +63,9 @@ def main(argv=None) -> int:
     p.add_argument("--length", type=int, default=32)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--pairs", action="store_true",
+                   help="also time each chain with an elementwise kernel writing x before "
+                        "every launch")
     p.add_argument("--variant", type=int, default=1, choices=(1, 2),
                    help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
                         "before the wait, 2 prefetches them into L2")
@@ -131,7 +139,22 @@ def main(argv=None) -> int:
                 for f in (plain, with_pdl, lambda i: with_pdl(i, False), plain_ex, fp16):
                     chain(f, copies)                                     # warm-up
                 times = {"plain": [], "pdl": [], "pdl_noattr": [], "plain_ex": [], "fp16": []}
+                one = cp.float16(1.0)
+
+                def paired(f):
+                    def call(i):
+                        cp.multiply(x, one, out=x)
+                        f(i)
+                    return call
+                if a.pairs:
+                    times.update(pair_plain=[], pair_pdl=[], pair_fp16=[])
+                    for f in (plain, with_pdl, fp16):
+                        chain(paired(f), copies)                         # warm-up
                 for _ in range(2):
+                    if a.pairs:
+                        times["pair_plain"] += chain(paired(plain), copies)
+                        times["pair_pdl"] += chain(paired(with_pdl), copies)
+                        times["pair_fp16"] += chain(paired(fp16), len(w16))
                     times["plain"] += chain(plain, copies)
                     times["pdl"] += chain(with_pdl, copies)
                     times["pdl_noattr"] += chain(lambda i: with_pdl(i, False), copies)
@@ -153,6 +176,9 @@ def main(argv=None) -> int:
             print(f"{k}x{n} m={m} {cfg.name}: plain {med['plain']:.2f} us, pdl {med['pdl']:.2f} "
                   f"({med['pdl'] / med['plain'] - 1:+.1%}), pdl_noattr {med['pdl_noattr']:.2f}, "
                   f"plain_ex {med['plain_ex']:.2f}, "
+                  + (f"pairs: plain {med['pair_plain']:.2f} pdl {med['pair_pdl']:.2f} "
+                     f"({med['pair_pdl'] / med['pair_plain'] - 1:+.1%}) fp16 "
+                     f"{med['pair_fp16']:.2f}, " if a.pairs else "") +
                   f"fp16 {med['fp16']:.2f}{'' if same else '  MISMATCH'}", flush=True)
             del w16
             cp.get_default_memory_pool().free_all_blocks()
@@ -202,15 +228,19 @@ def main(argv=None) -> int:
             if len(rs) != len({tuple(x) for x in layers}):
                 continue
             tot = {v: sum(r[f"{v}_us"] for r in rs)
-                   for v in ("plain", "pdl", "pdl_noattr", "plain_ex", "fp16")}
+                   for v in ("plain", "pdl", "pdl_noattr", "plain_ex", "fp16")
+                   + (("pair_plain", "pair_pdl", "pair_fp16") if a.pairs else ())}
             summary.setdefault(s, {})[str(m)] = tot
             print(f"{s} M={m}: plain {tot['plain']:.1f} us ({tot['fp16'] / tot['plain']:.2f}x), "
                   f"pdl {tot['pdl']:.1f} us ({tot['fp16'] / tot['pdl']:.2f}x, "
                   f"{tot['pdl'] / tot['plain'] - 1:+.1%}), pdl_noattr {tot['pdl_noattr']:.1f}, "
                   f"plain_ex {tot['plain_ex']:.1f}, "
+                  + (f"pairs: plain {tot['pair_plain']:.1f} ({tot['pair_fp16'] / tot['pair_plain']:.2f}x) "
+                     f"pdl {tot['pair_pdl']:.1f} ({tot['pair_fp16'] / tot['pair_pdl']:.2f}x, "
+                     f"{tot['pair_pdl'] / tot['pair_plain'] - 1:+.1%}), " if a.pairs else "") +
                   f"fp16 {tot['fp16']:.1f}", flush=True)
     with open(a.out, "w") as f:
-        json.dump({"kind": "pdl_probe", "variant": a.variant, "sets": a.sets, "length": a.length, "reps": a.reps,
+        json.dump({"kind": "pdl_probe", "variant": a.variant, "pairs": a.pairs, "sets": a.sets, "length": a.length, "reps": a.reps,
                    "environment": environment(), "failures": failures, "summary": summary,
                    "rows": rows, "dependent_chains": deps}, f, indent=1)
     print(f"pdl_probe: {len(rows)} rows, {len(deps)} dependent chains, {failures} failures")

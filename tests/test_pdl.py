@@ -68,3 +68,16 @@ def test_arguments_keep_their_width():
     for bad in (7, 7.0, np.int64(7), None):
         with pytest.raises(TypeError, match="unsupported kernel argument"):
             pdl._arg(bad)
+
+
+def test_check_pdl():
+    from marlin_cupy.ops import check_pdl
+    check_pdl(False, "80")
+    check_pdl(True, "90")
+    check_pdl(True, "100")
+    check_pdl(True, None)                    # device not known yet: the plan checks it
+    with pytest.raises(ValueError, match=r"compute capability 9.0 or newer; this device is 8.6"):
+        check_pdl(True, "86")
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="pdl must be True or False"):
+            check_pdl(bad, "90")

@@ -1,0 +1,107 @@
+"""``matmul(..., pdl=True)``: programmatic dependent launch gives the outputs of ``pdl=False``,
+bitwise, including when each launch reads the previous one's output (a kernel that read ``x``
+before its wait would read it before it is written). Runs on compute capability 9.0+ only.
+"""
+import zlib
+
+import numpy as np
+import pytest
+
+import marlin_cupy as mc
+from marlin_cupy.config import KernelConfig
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+# One per path: mma.sync (serial and parallel reduction, two CTAs per SM), swapped mma.sync,
+# wgmma with 64- and 128-row slabs, narrow warps, per-channel scales.
+CONFIGS = ("t256_m4_n8_k16_s4_g8_fp32par", "t128_m1_n4_k8_s4_g8_fp32par_b2",
+           "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2", "t256_m2_n16_k8_s4_g8_fp32_sw4_wg",
+           "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg",
+           "t256_m4_n16_k8_s3_gc_fp32_sw8_wg")
+
+
+def _need_pdl(cfg=None):
+    from marlin_cupy.ops import device_facts
+    cc = device_facts()["cc"]
+    if int(cc) < 90:
+        pytest.skip(f"programmatic dependent launch needs compute capability 9.0+; this "
+                    f"device is sm_{cc}")
+    if cfg is not None and cfg.wgmma and cc != "90":
+        pytest.skip(f"{cfg.name} uses wgmma (sm_90a); this device is sm_{cc}")
+
+
+def _weight(rng, k, n, group, sym=True):
+    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+    return mc.pack(mc.quantize(w, bits=4, group_size=group, sym=sym)).to_device()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("sym", [True, False], ids=["sym", "zp"])
+def test_same_as_plain_launch(name, sym):
+    cfg = KernelConfig.from_name(name)
+    _need_pdl(cfg)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+    k, n = 16 * cfg.tile_k, 2 * cfg.tile_n
+    mw = _weight(rng, k, n, group, sym)
+    m = min(cfg.max_m or 200, 200) - 3
+    x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+    want = mc.matmul(x, mw, config=cfg)
+    # Back to back, each launch overlapping the one before.
+    outs = [mc.matmul(x, mw, config=cfg, pdl=True) for _ in range(20)]
+    for got in outs:
+        assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 200])
+def test_dependent_chain(m):
+    """y_{i+1} = y_i @ W_i over 12 square layers, default dispatch, with and without PDL."""
+    _need_pdl()
+    rng = np.random.default_rng(100 + m)
+    k = 2048
+    mws = [_weight(rng, k, k, 128) for _ in range(3)]
+    x0 = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+
+    def chain(pdl):
+        ys = [x0]
+        for i in range(12):
+            ys.append(mc.matmul(ys[-1], mws[i % 3], pdl=pdl))
+        return ys
+
+    plain = chain(False)
+    cp.cuda.get_current_stream().synchronize()
+    # Queue the PDL chain behind a busy kernel so its launches really overlap.
+    from marlin_cupy import jit
+    spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
+    spin((1,), (1,), (np.uint64(2_000_000),))
+    overlapped = chain(True)
+    for a, b in zip(plain, overlapped):
+        assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+
+
+def test_writer_of_x_just_before():
+    """The kernel right before may write x (a norm before a projection): the PDL launch reads x
+    only after that kernel has finished."""
+    _need_pdl()
+    rng = np.random.default_rng(7)
+    k, n, m = 4096, 4096, 16
+    mw = _weight(rng, k, n, 128)
+    x_h = rng.standard_normal((m, k)).astype(np.float16)
+    want = mc.matmul(cp.asarray(x_h), mw)
+    for _ in range(10):
+        x = cp.zeros((m, k), dtype=cp.float16)
+        x += cp.asarray(x_h)                 # the elementwise kernel just before writes x
+        got = mc.matmul(x, mw, pdl=True)
+        assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))
+
+
+def test_marlin_linear_passes_pdl():
+    _need_pdl()
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((1024, 512)).astype(np.float32) * 0.02
+    plain = mc.MarlinLinear.from_float(w)
+    lin = mc.MarlinLinear.from_float(w, pdl=True)
+    assert lin.pdl
+    x = cp.asarray(rng.standard_normal((5, 1024)).astype(np.float16))
+    assert cp.array_equal(lin(x).view(cp.uint16), plain(x).view(cp.uint16))
