@@ -45,13 +45,16 @@
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
-// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 a measured variant.
+// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
+// scripts/pdl_probe.py.
 // Each CTA allows the next grid in the stream to launch as soon as it starts
 // (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit, copy the
 // weights, scales and zero points of their first STAGES - 1 units (read-only, so no
 // dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before they
 // touch A, C, the locks or the scratch. 2: the same, but the weights before the wait go into
-// L2 only (prefetch), and the usual prologue follows the wait. Launched without the PDL
+// L2 only (prefetch), and the usual prologue follows the wait. 3: the wait first, then the
+// usual prologue (nothing before the wait; its main loop compiles as in the plain build for
+// the mma.sync configs checked, unlike 1 and 2: NOTES.md entry 30). Launched without the PDL
 // attribute both instructions are no-ops. Only for weights that the kernel just before does
 // not write (matmul's contract).
 #ifndef MARLIN_PDL
@@ -1391,7 +1394,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
     stamp(1);
-#if MARLIN_PDL == 2
+#if MARLIN_PDL == 3
+    // Variant 3 (a control for the build's own cost): the wait first, then the usual prologue.
+    grid_dependency_wait();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+#elif MARLIN_PDL == 2
     // Variant 2: the weights of the first STAGES - 1 units into L2 before the wait, then the
     // usual prologue after it (its weight copies then read L2).
     {

@@ -12,7 +12,7 @@ timing (the harness's) cannot show PDL: an event recorded between two kernels en
 
 Variants, interleaved per repetition:
 - ``plain``: the shipped build, launched by CuPy (``cuLaunchKernel``);
-- ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1 or 2) through ``cuLaunchKernelEx`` with the
+- ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1, 2 or 3) through ``cuLaunchKernelEx`` with the
   programmatic-serialization attribute (``marlin_cupy.pdl``);
 - ``pdl_noattr``: the same build and launch path without the attribute (the cost of the build
   and of the launch path alone);
@@ -66,9 +66,10 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", action="store_true",
                    help="also time each chain with an elementwise kernel writing x before "
                         "every launch")
-    p.add_argument("--variant", type=int, default=1, choices=(1, 2),
+    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3),
                    help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
-                        "before the wait, 2 prefetches them into L2")
+                        "before the wait, 2 prefetches them into L2, 3 waits first (a control: "
+                        "no weight before the wait)")
     a = p.parse_args(argv)
     PREFIX = f"#define MARLIN_PDL {a.variant}\n"
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
