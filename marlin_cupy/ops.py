@@ -300,7 +300,8 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (benchmarks/NOTES.md entry 30). The contract: **the kernel launched just before on this
     stream must not write this weight** (``qweight``, ``scales``, ``zeros``), since they are read
     before the wait. Writing ``x`` there is fine (a norm before the projection, say). Outputs
-    are bitwise those of ``pdl=False``.
+    are bitwise those of ``pdl=False``. The gain needs the kernel before to let this one start
+    early (ours do); capturing PDL launches in a CUDA graph is not tested yet.
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")

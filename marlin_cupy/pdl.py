@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 
 import numpy as np
 
@@ -41,14 +42,31 @@ class LaunchConfig(ctypes.Structure):
                 ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
 
 
+DRIVER_LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
+
+
 @functools.lru_cache(maxsize=None)
 def _driver():
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernelEx
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
-                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
-    return fn
+    """``cuLaunchKernelEx`` from the CUDA driver library, or RuntimeError saying what is missing
+    (the library, or the entry point: drivers before CUDA 12.0 lack it)."""
+    errors = []
+    for name in DRIVER_LIBRARIES:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+            continue
+        try:
+            fn = lib.cuLaunchKernelEx
+        except AttributeError:
+            raise RuntimeError(f"the CUDA driver library {name} has no cuLaunchKernelEx (it needs "
+                               f"a driver for CUDA 12.0 or newer); use pdl=False") from None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        return fn
+    raise RuntimeError("pdl=True launches through the CUDA driver library, which could not be "
+                       "loaded (" + "; ".join(errors) + "); use pdl=False")
 
 
 def _arg(value):

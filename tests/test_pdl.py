@@ -81,3 +81,28 @@ def test_check_pdl():
     for bad in (1, "yes", None):
         with pytest.raises(ValueError, match="pdl must be True or False"):
             check_pdl(bad, "90")
+
+
+def test_missing_driver_library_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", ("libdoes-not-exist.so.1",))
+    pdl._driver.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="could not be loaded.*use pdl=False"):
+            pdl._driver()
+    finally:
+        pdl._driver.cache_clear()
+
+
+def test_driver_without_the_entry_point_is_a_clear_error(monkeypatch):
+    # libc stands in for a driver library that lacks cuLaunchKernelEx.
+    import ctypes.util
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no C library to stand in for the driver")
+    monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", (libc,))
+    pdl._driver.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="no cuLaunchKernelEx"):
+            pdl._driver()
+    finally:
+        pdl._driver.cache_clear()
