@@ -117,9 +117,10 @@ def resident_ctas(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) ->
         _kernel(cfg, has_zp, pdl).kernel.ptr, cfg.threads, cfg.smem_bytes(has_zp))
 
 
-def kernel_resources(cfg: KernelConfig, has_zp: bool = False) -> dict:
-    """Registers, spills and shared memory of the compiled instance on the current device."""
-    ker = _kernel(cfg, has_zp)
+def kernel_resources(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) -> dict:
+    """Registers, spills and shared memory of the compiled instance (the ``pdl=True`` build if
+    ``pdl``) on the current device."""
+    ker = _kernel(cfg, has_zp, pdl)
     local = int(ker.local_size_bytes)
     return {"registers": int(ker.num_regs), "spill_bytes": local, "stack_bytes": local,
             "shared_bytes": cfg.smem_bytes(has_zp)}

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Provider names a bench row may use (DESIGN.md s.8).
-PROVIDERS = ("marlin", "marlin-sparse24", "cublas-fp16", "naive-dequant-gemm", "naive-fused",
+PROVIDERS = ("marlin", "marlin-pdl", "marlin-sparse24", "cublas-fp16", "naive-dequant-gemm", "naive-fused",
              "torch-fp16", "torch-int4")
 #: Shape-set names a bench row may use (DESIGN.md s.7).
 SETS = ("llama2-7b", "llama2-13b", "llama2-70b", "ideal", "custom")

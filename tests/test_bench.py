@@ -466,3 +466,49 @@ def test_set_shapes_distinct_layers_in_order_and_unknown_sets_refused():
     for bad in ("", "llama3", "llama2-7b,ideal"):
         with pytest.raises(ValueError, match="unknown shape set"):
             shapes.set_shapes(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains (--chain-len) and marlin-pdl
+# ---------------------------------------------------------------------------------------------
+
+def test_chain_count_covers_the_reps_and_the_minimum():
+    assert harness.chain_count(100, 16, 5) == 7        # ceil(100 / 16)
+    assert harness.chain_count(10, 16, 5) == 5         # the minimum
+    assert harness.chain_count(160, 16, 5) == 10
+    with pytest.raises(ValueError, match="chain_len must be at least 1"):
+        harness.chain_count(10, 0, 5)
+
+
+def test_a_chain_measurement_has_no_gap_and_is_not_starved():
+    stats = harness.summarize([1.0, 2.0, 3.0])
+    assert not harness.Measurement(stats, None, 5.0).starved
+    assert harness.Measurement(stats, harness.STARVED_GAP_US + 1, 5.0).starved
+
+
+def test_cli_chain_len_and_the_extra_provider():
+    args = cli.parse_args([])
+    assert args.chain_len == 0 and "marlin-pdl" not in args.providers
+    args = cli.parse_args(["--chain-len", "16", "--providers", "marlin,marlin-pdl,cublas-fp16"])
+    assert args.chain_len == 16 and args.providers == ("marlin", "marlin-pdl", "cublas-fp16")
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--chain-len", "-1"])
+
+
+def test_marlin_pdl_provider():
+    made = providers.make_providers(("marlin", "marlin-pdl"), configs=["t128_m1_n4_k8_s4_g8_fp32"])
+    assert [p.label for p in made] == ["marlin", "marlin[t128_m1_n4_k8_s4_g8_fp32]", "marlin-pdl"]
+    pdl = made[-1]
+    assert isinstance(pdl, providers.MarlinPDL) and pdl.pdl and pdl.chains_only
+    assert pdl.weight_format == "int4" and pdl.copies_key == "marlin"
+    assert not any(p.chains_only for p in made[:-1])
+
+
+def test_records_accept_marlin_pdl_rows():
+    rec = {"kind": "bench", "date": "2026-11-30T06:00:00+00:00", "git_commit": "abc123",
+           "device": {"name": "NVIDIA H200", "sms": 132}, "copy_bandwidth_GBps": 4257.0,
+           "group_size": 128,
+           "rows": [{"set": "llama2-7b", "provider": "marlin-pdl", "m": 1, "k": 4096, "n": 4096,
+                     "median_us": 6.7, "config": "t256_m1_n8_k16_s6_g8_fp32par_sw1"}]}
+    from marlin_cupy import records
+    records.validate_record(rec)

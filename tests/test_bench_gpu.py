@@ -263,3 +263,38 @@ def test_probe_configs_start_with_the_dispatch_and_fit_the_layer():
         assert len(cfgs) == len(set(cfgs))
         assert all(n % c.tile_n == 0 and k % c.tile_k == 0 for c in cfgs)
         assert all(c.max_m is None or m <= c.max_m for c in cfgs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains (--chain-len) and marlin-pdl
+# ---------------------------------------------------------------------------------------------
+
+def test_chain_sweep_times_marlin_pdl_and_skips_it_per_call():
+    from dataclasses import replace
+    from marlin_cupy.ops import device_facts
+    names = ("marlin", "marlin-pdl", "cublas-fp16")
+    per_call = run_sweep([LAYER], providers.make_providers(names), TINY)
+    info = per_call["providers"]["marlin-pdl"]
+    assert not info["available"] and "chain" in info["reason"]
+    rec = run_sweep([LAYER], providers.make_providers(names), replace(TINY, chain_len=4))
+    records.validate_record(rec)
+    assert rec["failed"] == [] and rec["method"]["chain_len"] == 4
+    assert "chains of 4 calls" in rec["method"]["timing"]
+    rows = {(r["label"], r["m"]): r for r in rec["rows"]}
+    for m in TINY.batches:
+        assert rows[("marlin", m)]["max_gap_us"] is None
+        assert rows[("cublas-fp16", m)]["median_us"] > 0
+        if int(device_facts()["cc"]) >= 90:
+            assert rows[("marlin-pdl", m)]["median_us"] > 0
+        else:
+            assert ("marlin-pdl", m) not in rows
+
+
+def test_chain_timer_divides_by_the_chain():
+    """A chain of spin kernels of known length: the time per call is that length."""
+    with harness.bench_stream() as stream:
+        timer = harness.Timer(stream, budget_ms=2.0, min_reps=3, max_reps=10, warmup=1,
+                              chain_len=8)
+        meas = timer.measure(lambda i: timer.spin(100.0), 1)
+    assert meas.max_gap_us is None
+    assert 99.0 <= meas.stats.median_us <= 110.0, meas.stats

@@ -45,6 +45,16 @@ def _positive_int(text):
     return v
 
 
+def _non_negative_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
 def _typed(parse, what):
     """An argparse type from one of the ``shapes`` parsers, keeping its message."""
     def convert(text):
@@ -69,10 +79,10 @@ def _group_size(text):
 
 def _provider_list(text):
     names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    unknown = [n for n in names if n not in providers.PROVIDER_NAMES]
+    unknown = [n for n in names if n not in providers.ALL_PROVIDER_NAMES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown provider(s) {unknown or [text]}; choose from "
-                                         f"{', '.join(providers.PROVIDER_NAMES)}")
+                                         f"{', '.join(providers.ALL_PROVIDER_NAMES)}")
     return names
 
 
@@ -95,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"quantization group size (default {shapes.DEFAULT_GROUP_SIZE})")
     what.add_argument("--providers", type=_provider_list, default=providers.PROVIDER_NAMES,
                       help=f"comma-separated providers (default: all available: "
-                           f"{', '.join(providers.PROVIDER_NAMES)})")
+                           f"{', '.join(providers.PROVIDER_NAMES)}; also "
+                           f"{', '.join(providers.EXTRA_PROVIDER_NAMES)}, with --chain-len)")
     what.add_argument("--config", action="append", default=[], metavar="NAME",
                       help="also time Marlin with this explicit KernelConfig name (repeatable); "
                            "its rows are labelled marlin[NAME]")
@@ -115,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--copy-cap-gb", type=_positive_float, default=40.0,
                      help="most GB of weight copies per layer for the L2 rotation (default 40)")
     how.add_argument("--seed", type=int, default=0)
+    how.add_argument("--chain-len", type=_non_negative_int, default=0, metavar="L",
+                     help="time chains of L calls back to back, one event pair per chain, instead "
+                          "of events around every call (default 0: per call). Needed for "
+                          "marlin-pdl; a chain is how a model runs its GEMMs")
     out = ap.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None,
                      help="output folder (default: benchmarks/results of this checkout)")
@@ -186,7 +201,7 @@ def main(argv=None) -> int:
         batches=args.batches, group_size=args.group_size, budget_ms=args.time_budget_ms,
         min_reps=args.min_reps, max_reps=args.max_reps, warmup=args.warmup,
         cooldown_s=args.cooldown, copy_cap_bytes=int(args.copy_cap_gb * 1e9), seed=args.seed,
-        progress=not args.no_progress,
+        chain_len=args.chain_len, progress=not args.no_progress,
         extra={"command": " ".join(["python -m marlin_cupy.bench", *(argv if argv is not None else sys.argv[1:])])})
     rec = run_sweep(layers, provs, options)
 

@@ -14,6 +14,12 @@ The method (DESIGN.md s.7, and ``.library``'s measurement notes it follows):
   reads of the same weight byte (activations and outputs stay put: in serving they are hot in L2).
 * **Adaptive repetitions.** Warm-up calls estimate the time per call; the repetition count then
   fills ``budget_ms`` of GPU time, clamped to ``[min_reps, max_reps]``.
+* **Chains, optionally** (``Timer(chain_len=L)``, ``--chain-len``). An event pair brackets ``L``
+  calls back to back instead of one, and a sample is that chain's time divided by ``L``. This
+  is how a model runs its GEMMs, and the only way to see programmatic dependent launch
+  (``marlin-pdl``): an event recorded between two kernels ends their overlap. It also drops the
+  event between calls that the per-call method charges every sample. At least ``min_reps``
+  chains are timed; gaps between calls cannot be seen, so ``max_gap_us`` is ``None``.
 
 Pure helpers (statistics, rotation and repetition counts, the correctness gate's error) come first
 and need no GPU; the GPU parts import CuPy when called.
@@ -204,24 +210,36 @@ def bench_stream(torch=None):
 @dataclass
 class Measurement:
     stats: Stats
-    max_gap_us: float          # largest idle gap between consecutive calls (see module docstring)
+    max_gap_us: float | None   # largest idle gap between consecutive calls (see module
+                               # docstring); None when timed in chains (no event between calls)
     host_us: float             # host time to enqueue one call, as measured in warm-up
 
     @property
     def starved(self) -> bool:
-        return self.max_gap_us > STARVED_GAP_US
+        return self.max_gap_us is not None and self.max_gap_us > STARVED_GAP_US
+
+
+def chain_count(reps: int, chain_len: int, min_chains: int) -> int:
+    """Chains of ``chain_len`` calls that cover ``reps`` calls, and at least ``min_chains``."""
+    if chain_len < 1:
+        raise ValueError(f"chain_len must be at least 1; got {chain_len}")
+    return max(min_chains, -(-reps // chain_len))
 
 
 class Timer:
     """Times ``call(i)`` (which launches one provider call on weight copy ``i``) on ``stream``."""
 
     def __init__(self, stream, budget_ms=DEFAULT_BUDGET_MS, min_reps=DEFAULT_MIN_REPS,
-                 max_reps=DEFAULT_MAX_REPS, warmup=DEFAULT_WARMUP):
+                 max_reps=DEFAULT_MAX_REPS, warmup=DEFAULT_WARMUP, chain_len: int = 0):
         import cupy as cp
         from .. import jit
+        if chain_len < 0:
+            raise ValueError(f"chain_len must be 0 (events around every call) or positive; "
+                             f"got {chain_len}")
         self.cp = cp
         self.stream = stream
         self.budget_ms, self.min_reps, self.max_reps, self.warmup = budget_ms, min_reps, max_reps, warmup
+        self.chain_len = chain_len
         self._spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
         self._events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(max(max_reps, warmup, 1))]
 
@@ -246,8 +264,27 @@ class Timer:
             gpu.append(self.cp.cuda.get_elapsed_time(start, end) * 1e3)
         host_us = min(host)
         reps = reps_for_budget(min(gpu), self.budget_ms, self.min_reps, self.max_reps)
+        if self.chain_len:
+            samples = self._run_chains(call, copies, reps, host_us, first=self.warmup)
+            return Measurement(summarize(samples), None, host_us)
         samples, max_gap = self._run(call, copies, reps, host_us, first=self.warmup)
         return Measurement(summarize(samples), max_gap, host_us)
+
+    def _run_chains(self, call, copies, reps, host_us, first=0):
+        """Chains of ``chain_len`` calls, each queued behind a spin that outlasts its
+        enqueueing; one sample per chain, its time divided by ``chain_len``."""
+        start, end = self._events[0]
+        samples, i = [], first
+        for _ in range(chain_count(reps, self.chain_len, self.min_reps)):
+            self.spin(min(SPIN_MAX_US, SPIN_MARGIN * host_us * self.chain_len + 50.0))
+            start.record(self.stream)
+            for _ in range(self.chain_len):
+                call(i % copies)
+                i += 1
+            end.record(self.stream)
+            end.synchronize()
+            samples.append(self.cp.cuda.get_elapsed_time(start, end) * 1e3 / self.chain_len)
+        return samples
 
     def _run(self, call, copies, reps, host_us, first=0):
         """``reps`` calls in bursts, each queued behind a spin that outlasts its enqueueing."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 #: Weight format of every provider name, which decides its minimum bytes.
 WEIGHT_FORMAT = {
     "marlin": "int4",
+    "marlin-pdl": "int4",
     "marlin-sparse24": "int4",
     "naive-dequant-gemm": "int4",
     "naive-fused": "int4",

@@ -15,6 +15,9 @@ torch-fp16             fp16    ``torch.matmul`` on the same fp16 weights (shared
 naive-dequant-gemm     int4    ``baselines.dequant_matmul``: dequantize kernel, then cuBLAS
 naive-fused            int4    ``baselines.fused_matmul``: CUDA-core fused kernel, no pipeline
 torch-int4             int4    ``torch.ops.aten._weight_int4pack_mm`` (tinygemm), bf16
+marlin-pdl             int4    ``marlin_cupy.matmul(..., pdl=True)``: programmatic dependent
+                               launch (cc 9.0+); timed only in chains (``--chain-len``), not
+                               in the default list
 =====================  ======  ==============================================================
 """
 from __future__ import annotations
@@ -27,6 +30,9 @@ from . import harness, metrics
 #: Default order of the providers (the report's column order).
 PROVIDER_NAMES = ("marlin", "cublas-fp16", "torch-fp16", "naive-dequant-gemm", "naive-fused",
                   "torch-int4")
+#: Providers that exist but are not in the default list.
+EXTRA_PROVIDER_NAMES = ("marlin-pdl",)
+ALL_PROVIDER_NAMES = PROVIDER_NAMES + EXTRA_PROVIDER_NAMES
 #: naive-fused re-reads the weights for every 16 rows of A; above this batch it only burns budget.
 NAIVE_FUSED_MAX_M = 64
 
@@ -49,6 +55,7 @@ class Provider:
     precision: str = "fp16"           # of activations and output: decides the gate's tolerance
     max_m: Optional[int] = None
     uses_torch: bool = False
+    chains_only: bool = False         # timed only with Timer(chain_len > 0) (see MarlinPDL)
 
     @property
     def label(self) -> str:
@@ -99,13 +106,15 @@ class Marlin(Provider):
     name = "marlin"
     copies_key = "marlin"
 
+    pdl = False
+
     def __init__(self, config: Optional[str] = None):
         self.config_name = config
         self.layer = None
 
     @property
     def label(self) -> str:
-        return self.name if self.config_name is None else f"marlin[{self.config_name}]"
+        return self.name if self.config_name is None else f"{self.name}[{self.config_name}]"
 
     def unavailable_reason(self):
         try:
@@ -135,8 +144,10 @@ class Marlin(Provider):
         config = self._config()
         weights = self.weights
 
+        pdl = self.pdl
+
         def call(i):
-            ops.matmul(x, weights[i], out=out, config=config)
+            ops.matmul(x, weights[i], out=out, config=config, pdl=pdl)
 
         try:
             call(0)                  # shape and config checks raise here, before the gate
@@ -149,14 +160,34 @@ class Marlin(Provider):
         layer = self.layer
         # The config matmul actually launches (tuned table or heuristic), never a re-derivation:
         # an earlier version asked the heuristic here and recorded a config that had not run.
-        config = plan(m, layer.n, layer.k, layer.group_size, False, self._config()).config
+        config = plan(m, layer.n, layer.k, layer.group_size, False, self._config(),
+                      pdl=self.pdl).config
         info = {"config": config.name, "registers": None, "spill_bytes": None}
         try:
-            res = kernel_resources(config)
+            res = kernel_resources(config, pdl=self.pdl)
             info.update(registers=int(res["registers"]), spill_bytes=int(res["spill_bytes"]))
         except Exception:            # resources are a courtesy; the timing stands without them
             pass
         return info
+
+
+class MarlinPDL(Marlin):
+    """``matmul(..., pdl=True)``: each launch may start while the one before is still running
+    (NOTES.md entry 30). Its gain only shows in chains of launches, so the sweep times it only
+    with ``--chain-len``; it shares the Marlin provider's weight copies."""
+    name = "marlin-pdl"
+    pdl = True
+    chains_only = True
+
+    def unavailable_reason(self):
+        reason = super().unavailable_reason()
+        if reason is not None:
+            return reason
+        from ..ops import device_facts
+        cc = device_facts()["cc"]
+        if int(cc) < 90:
+            return f"programmatic dependent launch needs compute capability 9.0+; this is sm_{cc}"
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,10 +453,11 @@ def make_providers(names, configs=(), naive_fused_max_m: Optional[int] = NAIVE_F
     """Provider objects for ``names`` (in that order), plus one Marlin per explicit config."""
     classes = {"marlin": Marlin, "cublas-fp16": CublasFP16, "torch-fp16": TorchFP16,
                "naive-dequant-gemm": NaiveDequantGemm, "naive-fused": NaiveFused,
-               "torch-int4": TorchInt4}
+               "torch-int4": TorchInt4, "marlin-pdl": MarlinPDL}
     unknown = [n for n in names if n not in classes]
     if unknown:
-        raise ValueError(f"unknown provider(s) {unknown}; choose from {', '.join(PROVIDER_NAMES)}.")
+        raise ValueError(f"unknown provider(s) {unknown}; choose from "
+                         f"{', '.join(ALL_PROVIDER_NAMES)}.")
     out = []
     for n in names:
         out.append(NaiveFused(naive_fused_max_m) if n == "naive-fused" else classes[n]())

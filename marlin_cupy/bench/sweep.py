@@ -37,6 +37,7 @@ class SweepOptions:
     copy_bandwidth_bytes: int = 1 << 30
     l2_factor: float = harness.L2_FACTOR
     seed: int = 0
+    chain_len: int = 0                      # 0: events around every call; L: chains of L calls
     progress: bool = True
     extra: dict = field(default_factory=dict)
 
@@ -118,6 +119,9 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
     availability, active = {}, []
     for p in providers:
         reason = p.unavailable_reason()
+        if reason is None and p.chains_only and not options.chain_len:
+            reason = ("timed only in chains (--chain-len): an event recorded between two calls "
+                      "ends the overlap it exists for")
         availability[p.label] = {
             "provider": p.name, "available": reason is None, "reason": reason,
             "precision": p.precision, "weight_format": p.weight_format, "tolerance": p.tolerance,
@@ -138,9 +142,12 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
 
     aborted = None
     with harness.bench_stream(torch) as stream:
+        # The copy bandwidth is always timed per call (1 GiB copies: the events cost nothing).
+        copy_bw, copy_meas = harness.copy_bandwidth(
+            harness.Timer(stream, options.budget_ms, options.min_reps, options.max_reps,
+                          options.warmup), options.copy_bandwidth_bytes)
         timer = harness.Timer(stream, options.budget_ms, options.min_reps, options.max_reps,
-                              options.warmup)
-        copy_bw, copy_meas = harness.copy_bandwidth(timer, options.copy_bandwidth_bytes)
+                              options.warmup, options.chain_len)
         progress.write(f"copy bandwidth {copy_bw:.0f} GB/s (read + write, median of {copy_meas.stats.reps})")
         # The copy cap is shared evenly by the weight formats in use (fp16, Marlin, GPTQ, tinygemm).
         cap = options.copy_cap_bytes // max(1, len({p.copies_key for p in active}))
@@ -180,8 +187,12 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
         "ideal_speedup": metrics.ideal_speedup(options.group_size),
         "providers": availability,
         "method": {
-            "timing": "CUDA events around every call, calls queued back to back behind a spin "
-                      "kernel; median, p20, p80 of per-call GPU time",
+            "timing": ("CUDA events around every call, calls queued back to back behind a spin "
+                       "kernel; median, p20, p80 of per-call GPU time" if not options.chain_len
+                       else f"CUDA events around chains of {options.chain_len} calls back to "
+                            f"back, queued behind a spin kernel; median, p20, p80 of the "
+                            f"chains' time per call"),
+            "chain_len": options.chain_len,
             "budget_ms": options.budget_ms, "min_reps": options.min_reps,
             "max_reps": options.max_reps, "warmup": options.warmup,
             "cooldown_s": options.cooldown_s, "l2_factor": options.l2_factor,
