@@ -20,6 +20,11 @@ Variants, interleaved per repetition:
   launch path alone);
 - ``fp16``: ``cupy.matmul`` on fp16 weights, the same chain (rotated past the L2).
 
+With ``--pad-smem``, the PDL launches (``pdl``, ``pdl_noattr`` and the pairs') ask for more
+dynamic shared memory than they use, so that no SM can hold more than the config's
+``blocks_per_sm`` CTAs. Without it a CTA of the next launch can sit on an SM beside the running
+grid's when memory allows (a hypothesis for the 28672x8192 outlier of NOTES.md entry 30).
+
 With ``--pairs``, three more: ``pair_plain``, ``pair_pdl`` and ``pair_fp16``, the same chains
 with an elementwise CuPy kernel that rewrites ``x`` (``x *= 1``) before every launch, as a norm
 does before a projection in a model: the kernel before each launch is then not ours and does
@@ -66,6 +71,9 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", action="store_true",
                    help="also time each chain with an elementwise kernel writing x before "
                         "every launch")
+    p.add_argument("--pad-smem", action="store_true",
+                   help="pad the PDL launches' dynamic shared memory so that at most "
+                        "blocks_per_sm CTAs fit an SM")
     p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3),
                    help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
                         "before the wait, 2 prefetches them into L2, 3 waits first (a control: "
@@ -81,6 +89,21 @@ def main(argv=None) -> int:
     jit.warm_cache([(pre + kernels.marlin_source(c, False), c.arch_suffix)
                     for c in cfgs for pre in ("", PREFIX)], os.cpu_count() or 4)
     pdl_kernels = {c: ops.build_kernel(c, prefix=PREFIX) for c in cfgs}
+    dev_attrs = cp.cuda.Device().attributes
+    per_sm = int(dev_attrs["MaxSharedMemoryPerMultiprocessor"])
+    reserved = int(dev_attrs.get("ReservedSharedMemoryPerBlock", 1024))
+    optin = int(dev_attrs["MaxSharedMemoryPerBlockOptin"])
+
+    def pdl_smem(cfg, smem):
+        """The PDL launches' dynamic shared memory: the config's, or with --pad-smem as much as
+        keeps blocks_per_sm + 1 CTAs from fitting an SM."""
+        if not a.pad_smem:
+            return smem
+        padded = max(smem, min(optin, per_sm // cfg.blocks_per_sm - reserved))
+        kernel = pdl_kernels.get(cfg)
+        if kernel is not None and kernel.max_dynamic_shared_size_bytes < padded:
+            kernel.max_dynamic_shared_size_bytes = padded
+        return padded
     l2 = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize", 50 << 20))
 
     rng = np.random.default_rng(0)
@@ -114,9 +137,11 @@ def main(argv=None) -> int:
             def plain(i):
                 plan.kernel((plan.grid,), (plan.threads,), args(i), shared_mem=plan.smem)
 
+            smem_pdl = pdl_smem(plan.config, plan.smem)
+
             def with_pdl(i, attr=True, kernel=kernel_pdl):
-                pdl.launch(kernel, plan.grid, plan.threads, args(i), plan.smem, stream,
-                           pdl=attr)
+                pdl.launch(kernel, plan.grid, plan.threads, args(i),
+                           smem_pdl if kernel is kernel_pdl else plan.smem, stream, pdl=attr)
             return plain, with_pdl
 
         for k, n, m, x, mws in layer_cases(shapes, ms, g, rng):
@@ -132,7 +157,8 @@ def main(argv=None) -> int:
             def fp16(i):
                 cp.matmul(x, w16[i % len(w16)], out=out16)
 
-            row = {"k": k, "n": n, "m": m, "config": cfg.name, "copies": copies}
+            row = {"k": k, "n": n, "m": m, "config": cfg.name, "copies": copies,
+                   "smem": plan.smem, "pdl_smem": pdl_smem(cfg, plan.smem)}
             try:
                 def plain_ex(i):
                     with_pdl(i, False, plan.kernel)
@@ -206,9 +232,12 @@ def main(argv=None) -> int:
                         if mode == "plain":
                             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
                         else:
-                            pdl.launch(pdl_kernels.get(plan.config) or
-                                       ops.build_kernel(plan.config, prefix=PREFIX),
-                                       plan.grid, plan.threads, args, plan.smem, stream)
+                            kernel = pdl_kernels.get(plan.config)
+                            if kernel is None:
+                                kernel = pdl_kernels[plan.config] = ops.build_kernel(
+                                    plan.config, prefix=PREFIX)
+                            pdl.launch(kernel, plan.grid, plan.threads, args,
+                                       pdl_smem(plan.config, plan.smem), stream)
                         y.append(nxt)
                     stream.synchronize()
                     ys[mode] = y
@@ -241,7 +270,8 @@ def main(argv=None) -> int:
                      f"{tot['pair_pdl'] / tot['pair_plain'] - 1:+.1%}), " if a.pairs else "") +
                   f"fp16 {tot['fp16']:.1f}", flush=True)
     with open(a.out, "w") as f:
-        json.dump({"kind": "pdl_probe", "variant": a.variant, "pairs": a.pairs, "sets": a.sets, "length": a.length, "reps": a.reps,
+        json.dump({"kind": "pdl_probe", "variant": a.variant, "pairs": a.pairs,
+                   "pad_smem": a.pad_smem, "sets": a.sets, "length": a.length, "reps": a.reps,
                    "environment": environment(), "failures": failures, "summary": summary,
                    "rows": rows, "dependent_chains": deps}, f, indent=1)
     print(f"pdl_probe: {len(rows)} rows, {len(deps)} dependent chains, {failures} failures")
