@@ -11,7 +11,10 @@ configurations spread over ``marlin_cupy.config.INSTANTIATED`` (every one with
 ``--all-configs``), the wgmma configurations of the shipped tuned tables (skipped where the
 device cannot run them) and parallel-reduction configurations, or with the ``--names`` given, each on weights of the group size it
 was built for. Each result is compared
-with a float64 reference under the rule of DESIGN.md s.6 and must repeat bit for bit.
+with a float64 reference under the rule of DESIGN.md s.6 and must repeat bit for bit. On
+compute capability 9.0+ the default dispatch's repeat runs with ``pdl=True`` (programmatic
+dependent launch, its own build), so the sanitizer also watches that build and the repeat
+checks it against the plain one.
 Exit status 1 on any mismatch or error, 0 otherwise. The last line is a summary that
 ``scripts/device_check.py`` reads: ``SANITIZE_CASE smoke=ok matmul_cases=N failures=F skipped=S``.
 
@@ -90,6 +93,10 @@ def matmul_cases(count: int | None, names=(), shapes=SHAPES):
         return 0, 0, 0
     params = inspect.signature(matmul).parameters
     takes_config, takes_out = "config" in params, "out" in params
+    pdl_ok = False
+    if "pdl" in params:
+        from marlin_cupy.ops import device_facts
+        pdl_ok = int(device_facts()["cc"]) >= 90
     configs = pick_configs(count, names) if takes_config else [("default", None)]
 
     rng = np.random.default_rng(0)
@@ -112,16 +119,20 @@ def matmul_cases(count: int | None, names=(), shapes=SHAPES):
                     prepared[sym, gs] = (pack(qw).to_device(), ref, err16)
                 mw, ref, err_fp16 = prepared[sym, gs]
                 kwargs = {"config": cfg} if cfg is not None else {}
+                # The default dispatch's repeat through the pdl=True build (cc 9.0+).
+                again = dict(kwargs, pdl=True) if pdl_ok and cfg is None else kwargs
+                if again is not kwargs:
+                    label += " (repeat pdl=True)"
 
-                def run():
+                def run(kw):
                     if takes_out:
                         out = cp.full((m, n), cp.nan, dtype=cp.float16)       # poisoned
-                        return matmul(x, mw, out=out, **kwargs)
-                    return matmul(x, mw, **kwargs)
+                        return matmul(x, mw, out=out, **kw)
+                    return matmul(x, mw, **kw)
 
                 try:
-                    y1 = cp.asnumpy(run())
-                    y2 = cp.asnumpy(run())
+                    y1 = cp.asnumpy(run(kwargs))
+                    y2 = cp.asnumpy(run(again))
                 except ValueError as e:      # the config does not fit this case: not a bug
                     print(f"skip {label}: {e}")
                     skipped += 1
