@@ -96,3 +96,35 @@ def test_wgmma_probe_summary_sums_dispatch_best_and_better_of_both():
     assert s[4] == {"dispatch_us": 15.0, "best_us": 14.0, "either_us": 13.0, "layers_won": 1}
     # a layer with no candidate counts as never won, and the better of both is the dispatch
     assert s[8]["either_us"] == 20.0 and s[8]["layers_won"] == 0
+
+
+@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe"])
+def test_probe_kernels_compile_for_sm90a_without_spills(name):
+    """The standalone probes' kernels (built from strings, so check_compile does not see them)
+    compile through NVRTC for sm_90a with no local memory."""
+    pytest.importorskip("cupy", reason="NVRTC comes with CuPy")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import importlib
+    from marlin_cupy import jit
+    module = importlib.import_module(name)
+    _, reports = jit.compile_offline(module.source(), "sm_90a")
+    assert reports
+    for r in reports:
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, r
+
+
+def test_ss_probe_packing_puts_k_in_order_after_the_dequantization():
+    """Nibble i of a word holds K row PERM[i]: the magic-number dequantization yields pairs
+    (nibble 0, 4), (1, 5), (2, 6), (3, 7), which must be K rows (0, 1), (2, 3), (4, 5), (6, 7)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import numpy as np
+    import ss_probe
+    pairs = [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert [(ss_probe.PERM[a], ss_probe.PERM[b]) for a, b in pairs] == [(0, 1), (2, 3), (4, 5),
+                                                                         (6, 7)]
+    q = np.random.default_rng(0).integers(0, 16, (16, 3), dtype=np.uint8)
+    words = ss_probe.pack(q, np)
+    for j in range(2):
+        for n in range(3):
+            nib = [(int(words[j, n]) >> (4 * i)) & 15 for i in range(8)]
+            assert [nib[i] for pair in pairs for i in pair] == list(q[8 * j:8 * j + 8, n])

@@ -1,0 +1,259 @@
+"""The loop of a kernel that dequantizes into shared memory, alone (NOTES.md entry 31; needs an
+sm_90 GPU). Written before any measurement: a first step toward next lever 2, not a kernel of
+the package.
+
+    python3 scripts/ss_probe.py OUT.json [--k 8192] [--reps 5] [--check]
+
+One CTA per SM computes a 64 x 256 tile of C = A @ W over all of K: N = 256 x (SMs). Warp roles:
+- two producer warpgroups: each thread owns one of the tile's 256 weight columns. It loads
+  that column's packed words for a stage of 64 K (8 words, coalesced across threads) two
+  stages ahead into registers, dequantizes and scales them, and stores each word as one 16-byte
+  chunk of the fp16 tile in the 128-byte-swizzled K-major layout. The activations of the stage
+  go in by cp.async. Then it arrives on the stage's "full" mbarrier;
+- one consumer warpgroup: waits for "full", issues 4 k16 steps of two m64n128k16 wgmma with both
+  operands from shared memory, and after the next stage's group is issued and the previous one
+  is done, arrives on that stage's "empty" mbarrier.
+
+Weights here are this probe's own layout, not the package's: uint32 [K/8, N], word (j, n) holds
+K rows 8j..8j+7 of column n with its nibbles in the order 0, 2, 4, 6, 1, 3, 5, 7, so that the
+kernel's magic-number dequantization (``mc::dequant_sym``) yields the 8 values in K order.
+Symmetric uint4b8 codes, fp16 scales per 128 rows of K.
+
+Prints TFLOP/s, to hold against ``wgmma_rate.py`` (about 930 for the form alone) and today's
+loop (495 on 8192x57344 at M = 64). ``--check`` compares C with an FP32 reference first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BM, BN, BK, STAGES = 64, 256, 64, 4
+PRODUCERS = 256
+THREADS = PRODUCERS + 128
+A_BYTES = BM * BK * 2
+B_BYTES = BN * BK * 2
+SMEM = STAGES * (A_BYTES + B_BYTES) + 2 * STAGES * 8
+#: Nibble i of a word holds K row PERM[i] of its 8 (see the module docstring).
+PERM = (0, 2, 4, 6, 1, 3, 5, 7)
+
+KERNEL = r'''
+namespace ss {
+using mc::uint32_t;
+constexpr int BM = 64, BN = 256, BK = 64, STAGES = 4, PRODUCERS = 256;
+constexpr int A_INT4 = BM * BK / 8, B_INT4 = BN * BK / 8;   // 16-byte chunks per stage
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mc::smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.release.cta.shared::cta.b64 st, [%0];\n}\n"
+               ::"r"(mc::smem_addr(bar)) : "memory");
+}
+// Arrives when this thread's earlier cp.async copies have landed (the pending count is raised
+// now and lowered then, so it delays the phase without counting as one of its arrivals).
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(mc::smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}\n" ::"r"(mc::smem_addr(bar)), "r"(parity) : "memory");
+}
+
+#define SS_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+// D[64 x 128] += A[64 x 16] * B[16 x 128], both from shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss_n128(mc::FragC* d, unsigned long long da,
+                                              unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : SS_ACC(0), SS_ACC(1), SS_ACC(2), SS_ACC(3), SS_ACC(4), SS_ACC(5), SS_ACC(6), SS_ACC(7),
+                 SS_ACC(8), SS_ACC(9), SS_ACC(10), SS_ACC(11), SS_ACC(12), SS_ACC(13), SS_ACC(14), SS_ACC(15)
+               : "l"(da), "l"(db), "r"(1));
+}
+#undef SS_ACC
+
+__device__ __forceinline__ void load_words(uint32_t (&w)[8], half& s, const uint32_t* W,
+                                           const half* S, int kt, int n, int N) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) w[j] = __ldg(W + static_cast<size_t>(kt * 8 + j) * N + n);
+  s = S[static_cast<size_t>(kt / 2) * N + n];
+}
+}  // namespace ss
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
+  using namespace ss;
+  extern __shared__ __align__(1024) int4 smem[];
+  int4* sh_a = smem;                                   // STAGES x 64 rows x 128 B
+  int4* sh_b = smem + STAGES * A_INT4;                 // STAGES x 256 rows x 128 B
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(sh_b + STAGES * B_INT4);
+  unsigned long long* empty = full + STAGES;
+  const int tid = threadIdx.x, n0 = blockIdx.x * BN, KT = K / BK;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(&full[s], PRODUCERS);
+      mbar_init(&empty[s], 128);
+    }
+  }
+  __syncthreads();
+
+  if (tid < PRODUCERS) {
+    // ---- producers: column n0 + tid of the tile; stage kt's words two stages ahead.
+    const int p = tid, n = n0 + p;
+    mc::uint32_t w0[8], w1[8], w2[8];
+    half s0, s1, s2;
+    load_words(w0, s0, W, S, 0, n, N);
+    if (KT > 1) load_words(w1, s1, W, S, 1, n, N);
+    for (int kt = 0; kt < KT; kt++) {
+      if (kt + 2 < KT) load_words(w2, s2, W, S, kt + 2, n, N);
+      const int slot = kt % STAGES;
+      mbar_wait(&empty[slot], ((kt / STAGES) & 1) ^ 1);
+      // Activations: 64 rows x 8 chunks, two chunks per thread, swizzled as wgmma reads them.
+      int4* a_sh = sh_a + slot * A_INT4;
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int q = p + i * PRODUCERS, r = q / 8, c = q % 8;
+        mc::cp_async16(a_sh + r * 8 + (c ^ (r & 7)), A + static_cast<size_t>(r) * (K / 8) + kt * 8 + c);
+      }
+      mbar_arrive_cp_async(&full[slot]);
+      // Weights: word j (K rows 8j..8j+7) becomes chunk j of row p.
+      int4* b_sh = sh_b + slot * B_INT4 + p * 8;
+      const half2 sc = __half2half2(s0);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        mc::FragB f0, f1;
+        mc::dequant_sym(w0[j], f0, f1);
+        f0[0] = __hmul2(f0[0], sc); f0[1] = __hmul2(f0[1], sc);
+        f1[0] = __hmul2(f1[0], sc); f1[1] = __hmul2(f1[1], sc);
+        b_sh[j ^ (p & 7)] = make_int4(static_cast<int>(mc::as_u32(f0[0])), static_cast<int>(mc::as_u32(f0[1])),
+                                      static_cast<int>(mc::as_u32(f1[0])), static_cast<int>(mc::as_u32(f1[1])));
+      }
+      mc::fence_proxy_async_shared();
+      mbar_arrive(&full[slot]);
+#pragma unroll
+      for (int j = 0; j < 8; j++) { w0[j] = w1[j]; w1[j] = w2[j]; }
+      s0 = s1; s1 = s2;
+    }
+  } else {
+    // ---- consumer warpgroup: all 256 columns of the tile, as two halves of 128.
+    mc::FragC acc[2][16];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int i = 0; i < 16; i++) acc[h][i][0] = acc[h][i][1] = acc[h][i][2] = acc[h][i][3] = 0.f;
+    for (int kt = 0; kt < KT; kt++) {
+      const int slot = kt % STAGES;
+      mbar_wait(&full[slot], (kt / STAGES) & 1);
+      mc::fence_proxy_async_shared();
+      const mc::uint32_t a_addr = mc::smem_addr(sh_a + slot * A_INT4);
+      const mc::uint32_t b_addr = mc::smem_addr(sh_b + slot * B_INT4);
+      mc::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++) {
+        const unsigned long long da = mc::sw128_desc(a_addr + 32 * ks);
+        wgmma_ss_n128(&acc[0][0], da, mc::sw128_desc(b_addr + 32 * ks));
+        wgmma_ss_n128(&acc[1][0], da, mc::sw128_desc(b_addr + 128 * 128 + 32 * ks));
+      }
+      mc::wgmma_commit();
+      mc::wgmma_wait<1>();          // the previous stage's group is done: its slot is free
+      if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+    }
+    mc::wgmma_wait<0>();
+    const int t = tid - PRODUCERS, warp = t / 32, lane = t % 32;
+    const int row = 16 * warp + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int i = 0; i < 16; i++) {
+        const int col = n0 + h * 128 + 8 * i + 2 * (lane % 4);
+        *reinterpret_cast<half2*>(C + static_cast<size_t>(row) * N + col) =
+            __floats2half2_rn(acc[h][i][0], acc[h][i][1]);
+        *reinterpret_cast<half2*>(C + static_cast<size_t>(row + 8) * N + col) =
+            __floats2half2_rn(acc[h][i][2], acc[h][i][3]);
+      }
+  }
+}
+'''
+
+
+def source() -> str:
+    from marlin_cupy import kernels
+    return kernels._base_source() + KERNEL
+
+
+def pack(q, cp):
+    """Codes [K, N] (uint8, 0..15) -> words [K/8, N] in this probe's nibble order."""
+    k, n = q.shape
+    g = q.reshape(k // 8, 8, n).astype(cp.uint32)
+    words = cp.zeros((k // 8, n), dtype=cp.uint32)
+    for i, row in enumerate(PERM):
+        words |= g[:, row, :] << (4 * i)
+    return words
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--k", type=int, default=8192)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--check", action="store_true", help="compare C with an FP32 reference")
+    a = p.parse_args(argv)
+    if a.k % 128:
+        p.error("--k must be a multiple of 128")
+    import cupy as cp
+    import numpy as np
+    from marlin_cupy import jit
+    from marlin_cupy.records import environment
+    ker = jit.load_module(source(), arch_suffix="a").get_function("ss_probe")
+    ker.max_dynamic_shared_size_bytes = SMEM
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    k, n = a.k, BN * sms
+    rs = cp.random.RandomState(0)
+    q = rs.randint(0, 16, size=(k, n), dtype=cp.uint8)
+    scales = rs.uniform(1e-3, 1e-2, size=(k // 128, n)).astype(cp.float16)
+    x = rs.standard_normal((BM, k), dtype=cp.float32).astype(cp.float16)
+    words = pack(q, cp)
+    out = cp.full((BM, n), cp.nan, dtype=cp.float16)
+    args = (x, words, scales, out, np.int32(n), np.int32(k))
+    ker((sms,), (THREADS,), args, shared_mem=SMEM)
+    cp.cuda.Device().synchronize()
+    result = {"kind": "ss_probe", "environment": environment(), "m": BM, "k": k, "n": n,
+              "sms": sms, "threads": THREADS, "smem": SMEM, "stages": STAGES,
+              "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes)}
+    if a.check:
+        w = (q.astype(cp.float32) - 8) * cp.repeat(scales.astype(cp.float32), 128, axis=0)
+        ref = x.astype(cp.float32) @ w
+        err = float(cp.linalg.norm(out.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+        result["rel_error"] = err
+        print(f"relative error against FP32: {err:.3e}"
+              f"{'' if err < 2e-3 else '  (too large: the kernel is wrong)'}", flush=True)
+        del w, ref
+    times = []
+    for _ in range(a.reps):
+        t0, t1 = cp.cuda.Event(), cp.cuda.Event()
+        t0.record()
+        ker((sms,), (THREADS,), args, shared_mem=SMEM)
+        t1.record()
+        t1.synchronize()
+        times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
+    us = float(np.median(times))
+    result.update(median_us=us, tflops=2.0 * BM * n * k / us / 1e6,
+                  packed_gbps=(k * n // 2 + k // 128 * n * 2) / us / 1e3)
+    print(f"M={BM} K={k} N={n}: {us:.1f} us, {result['tflops']:.0f} TFLOP/s, packed weights "
+          f"{result['packed_gbps']:.0f} GB/s; {result['registers']} registers, "
+          f"{result['local_bytes']} bytes local", flush=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0 if result.get("rel_error", 0.0) < 2e-3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
