@@ -2,7 +2,7 @@
 sm_90 GPU). Written before any measurement: a first step toward next lever 2, not a kernel of
 the package.
 
-    python3 scripts/ss_probe.py OUT.json [--k 8192] [--reps 5] [--check]
+    python3 scripts/ss_probe.py OUT.json [--m 64|32] [--k 8192] [--reps 5] [--check]
 
 One CTA per SM computes a 64 x 256 tile of C = A @ W over all of K: N = 256 x (SMs). Warp roles:
 - two producer warpgroups: each thread owns one of the tile's 256 weight columns. It loads
@@ -19,6 +19,10 @@ K rows 8j..8j+7 of column n with its nibbles in the order 0, 2, 4, 6, 1, 3, 5, 7
 kernel's magic-number dequantization (``mc::dequant_sym``) yields the 8 values in K order.
 Symmetric uint4b8 codes, fp16 scales per 128 rows of K.
 
+``--m 32`` runs the swapped form instead: the same fp16 tile is wgmma's A operand (4 x
+m64n32k16 per k16 step) and the 32 activation rows are B, so the tensor work falls with M while
+the producers' work does not.
+
 Prints TFLOP/s, to hold against ``wgmma_rate.py`` (about 930 for the form alone) and today's
 loop (495 on 8192x57344 at M = 64). ``--check`` compares C with an FP32 reference first.
 """
@@ -33,20 +37,27 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-BM, BN, BK, STAGES = 64, 256, 64, 4
+BN, BK, STAGES = 256, 64, 4
 PRODUCERS = 256
 THREADS = PRODUCERS + 128
-A_BYTES = BM * BK * 2
 B_BYTES = BN * BK * 2
-SMEM = STAGES * (A_BYTES + B_BYTES) + 2 * STAGES * 8
+
+
+def smem_bytes(m: int) -> int:
+    """Shared memory of the probe for M activation rows: the two rings and the mbarriers."""
+    return STAGES * (m * BK * 2 + B_BYTES) + 2 * STAGES * 8
+
+
+#: M -> (entry, form): 64 rows as wgmma's A operand; 32 rows as B of the swapped form.
+ENTRIES = {64: "ss_probe_m64", 32: "ss_probe_m32_swapped"}
 #: Nibble i of a word holds K row PERM[i] of its 8 (see the module docstring).
 PERM = (0, 2, 4, 6, 1, 3, 5, 7)
 
 KERNEL = r'''
 namespace ss {
 using mc::uint32_t;
-constexpr int BM = 64, BN = 256, BK = 64, STAGES = 4, PRODUCERS = 256;
-constexpr int A_INT4 = BM * BK / 8, B_INT4 = BN * BK / 8;   // 16-byte chunks per stage
+constexpr int BN = 256, BK = 64, STAGES = 4, PRODUCERS = 256;
+constexpr int B_INT4 = BN * BK / 8;   // 16-byte chunks of the weight tile per stage
 
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mc::smem_addr(bar)), "r"(count));
@@ -78,6 +89,15 @@ __device__ __forceinline__ void wgmma_ss_n128(mc::FragC* d, unsigned long long d
                  SS_ACC(8), SS_ACC(9), SS_ACC(10), SS_ACC(11), SS_ACC(12), SS_ACC(13), SS_ACC(14), SS_ACC(15)
                : "l"(da), "l"(db), "r"(1));
 }
+// Swapped: D[64 x 32] += A[64 x 16] * B[16 x 32], A = 64 weight columns, B = 32 activation rows.
+__device__ __forceinline__ void wgmma_ss_n32(mc::FragC* d, unsigned long long da,
+                                             unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+               "%16, %17, p, 1, 1, 0, 0;\n}\n"
+               : SS_ACC(0), SS_ACC(1), SS_ACC(2), SS_ACC(3)
+               : "l"(da), "l"(db), "r"(1));
+}
 #undef SS_ACC
 
 __device__ __forceinline__ void load_words(uint32_t (&w)[8], half& s, const uint32_t* W,
@@ -86,13 +106,18 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[8], half& s, const uint
   for (int j = 0; j < 8; j++) w[j] = __ldg(W + static_cast<size_t>(kt * 8 + j) * N + n);
   s = S[static_cast<size_t>(kt / 2) * N + n];
 }
-}  // namespace ss
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
-  using namespace ss;
+// BM activation rows: 64 as wgmma's A operand (the weights are B, 2 x n128 per k16 step), or
+// SWAP with 32 rows as B of the swapped form (the weights are A, 4 x m64n32 per k16 step).
+template <int BM, bool SWAP>
+__device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, const half* S,
+                                        half* C, int N, int K) {
+  constexpr int A_INT4 = BM * BK / 8;     // 16-byte chunks of the activation tile per stage
+  constexpr int A_PER_THREAD = A_INT4 / PRODUCERS;
+  static_assert(A_INT4 % PRODUCERS == 0, "whole chunks per producer");
+  static_assert(SWAP ? BM == 32 : BM == 64, "the two forms of this probe");
   extern __shared__ __align__(1024) int4 smem[];
-  int4* sh_a = smem;                                   // STAGES x 64 rows x 128 B
+  int4* sh_a = smem;                                   // STAGES x BM rows x 128 B
   int4* sh_b = smem + STAGES * A_INT4;                 // STAGES x 256 rows x 128 B
   unsigned long long* full = reinterpret_cast<unsigned long long*>(sh_b + STAGES * B_INT4);
   unsigned long long* empty = full + STAGES;
@@ -119,7 +144,7 @@ ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, in
       // Activations: 64 rows x 8 chunks, two chunks per thread, swizzled as wgmma reads them.
       int4* a_sh = sh_a + slot * A_INT4;
 #pragma unroll
-      for (int i = 0; i < 2; i++) {
+      for (int i = 0; i < A_PER_THREAD; i++) {
         const int q = p + i * PRODUCERS, r = q / 8, c = q % 8;
         mc::cp_async16(a_sh + r * 8 + (c ^ (r & 7)), A + static_cast<size_t>(r) * (K / 8) + kt * 8 + c);
       }
@@ -143,12 +168,14 @@ ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, in
       s0 = s1; s1 = s2;
     }
   } else {
-    // ---- consumer warpgroup: all 256 columns of the tile, as two halves of 128.
-    mc::FragC acc[2][16];
+    // ---- consumer warpgroup: all 256 columns of the tile.
+    constexpr int HALVES = SWAP ? 4 : 2;      // instructions per k16 step
+    constexpr int FRAGS = SWAP ? BM / 8 : 16;  // n8 accumulator fragments per instruction
+    mc::FragC acc[HALVES][FRAGS];
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < HALVES; h++)
 #pragma unroll
-      for (int i = 0; i < 16; i++) acc[h][i][0] = acc[h][i][1] = acc[h][i][2] = acc[h][i][3] = 0.f;
+      for (int i = 0; i < FRAGS; i++) acc[h][i][0] = acc[h][i][1] = acc[h][i][2] = acc[h][i][3] = 0.f;
     for (int kt = 0; kt < KT; kt++) {
       const int slot = kt % STAGES;
       mbar_wait(&full[slot], (kt / STAGES) & 1);
@@ -158,9 +185,16 @@ ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, in
       mc::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ks++) {
-        const unsigned long long da = mc::sw128_desc(a_addr + 32 * ks);
-        wgmma_ss_n128(&acc[0][0], da, mc::sw128_desc(b_addr + 32 * ks));
-        wgmma_ss_n128(&acc[1][0], da, mc::sw128_desc(b_addr + 128 * 128 + 32 * ks));
+        if constexpr (SWAP) {
+          const unsigned long long dx = mc::sw128_desc(a_addr + 32 * ks);
+#pragma unroll
+          for (int h = 0; h < 4; h++)
+            wgmma_ss_n32(&acc[h][0], mc::sw128_desc(b_addr + h * 64 * 128 + 32 * ks), dx);
+        } else {
+          const unsigned long long da = mc::sw128_desc(a_addr + 32 * ks);
+          wgmma_ss_n128(&acc[0][0], da, mc::sw128_desc(b_addr + 32 * ks));
+          wgmma_ss_n128(&acc[1][0], da, mc::sw128_desc(b_addr + 128 * 128 + 32 * ks));
+        }
       }
       mc::wgmma_commit();
       mc::wgmma_wait<1>();          // the previous stage's group is done: its slot is free
@@ -168,18 +202,37 @@ ss_probe(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, in
     }
     mc::wgmma_wait<0>();
     const int t = tid - PRODUCERS, warp = t / 32, lane = t % 32;
-    const int row = 16 * warp + lane / 4;
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < HALVES; h++)
 #pragma unroll
-      for (int i = 0; i < 16; i++) {
-        const int col = n0 + h * 128 + 8 * i + 2 * (lane % 4);
-        *reinterpret_cast<half2*>(C + static_cast<size_t>(row) * N + col) =
-            __floats2half2_rn(acc[h][i][0], acc[h][i][1]);
-        *reinterpret_cast<half2*>(C + static_cast<size_t>(row + 8) * N + col) =
-            __floats2half2_rn(acc[h][i][2], acc[h][i][3]);
+      for (int i = 0; i < FRAGS; i++) {
+        if constexpr (SWAP) {
+          // D^T: fragment rows are weight columns, fragment columns are activation rows.
+          const int col = n0 + h * 64 + 16 * warp + lane / 4, row = 8 * i + 2 * (lane % 4);
+          C[static_cast<size_t>(row) * N + col] = __float2half_rn(acc[h][i][0]);
+          C[static_cast<size_t>(row + 1) * N + col] = __float2half_rn(acc[h][i][1]);
+          C[static_cast<size_t>(row) * N + col + 8] = __float2half_rn(acc[h][i][2]);
+          C[static_cast<size_t>(row + 1) * N + col + 8] = __float2half_rn(acc[h][i][3]);
+        } else {
+          const int row = 16 * warp + lane / 4, col = n0 + h * 128 + 8 * i + 2 * (lane % 4);
+          *reinterpret_cast<half2*>(C + static_cast<size_t>(row) * N + col) =
+              __floats2half2_rn(acc[h][i][0], acc[h][i][1]);
+          *reinterpret_cast<half2*>(C + static_cast<size_t>(row + 8) * N + col) =
+              __floats2half2_rn(acc[h][i][2], acc[h][i][3]);
+        }
       }
   }
+}
+}  // namespace ss
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+ss_probe_m64(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
+  ss::ss_loop<64, false>(A, W, S, C, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+ss_probe_m32_swapped(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
+  ss::ss_loop<32, true>(A, W, S, C, N, K);
 }
 '''
 
@@ -203,6 +256,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--k", type=int, default=8192)
+    p.add_argument("--m", type=int, default=64, choices=sorted(ENTRIES),
+                   help="activation rows: 64 (weights as wgmma's B) or 32 (the swapped form)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--check", action="store_true", help="compare C with an FP32 reference")
     a = p.parse_args(argv)
@@ -212,21 +267,22 @@ def main(argv=None) -> int:
     import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.records import environment
-    ker = jit.load_module(source(), arch_suffix="a").get_function("ss_probe")
-    ker.max_dynamic_shared_size_bytes = SMEM
+    ker = jit.load_module(source(), arch_suffix="a").get_function(ENTRIES[a.m])
+    smem = smem_bytes(a.m)
+    ker.max_dynamic_shared_size_bytes = smem
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    k, n = a.k, BN * sms
+    k, n, m = a.k, BN * sms, a.m
     rs = cp.random.RandomState(0)
     q = rs.randint(0, 16, size=(k, n), dtype=cp.uint8)
     scales = rs.uniform(1e-3, 1e-2, size=(k // 128, n)).astype(cp.float16)
-    x = rs.standard_normal((BM, k), dtype=cp.float32).astype(cp.float16)
+    x = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
     words = pack(q, cp)
-    out = cp.full((BM, n), cp.nan, dtype=cp.float16)
+    out = cp.full((m, n), cp.nan, dtype=cp.float16)
     args = (x, words, scales, out, np.int32(n), np.int32(k))
-    ker((sms,), (THREADS,), args, shared_mem=SMEM)
+    ker((sms,), (THREADS,), args, shared_mem=smem)
     cp.cuda.Device().synchronize()
-    result = {"kind": "ss_probe", "environment": environment(), "m": BM, "k": k, "n": n,
-              "sms": sms, "threads": THREADS, "smem": SMEM, "stages": STAGES,
+    result = {"kind": "ss_probe", "environment": environment(), "m": m, "k": k, "n": n,
+              "entry": ENTRIES[m], "sms": sms, "threads": THREADS, "smem": smem, "stages": STAGES,
               "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes)}
     if a.check:
         w = (q.astype(cp.float32) - 8) * cp.repeat(scales.astype(cp.float32), 128, axis=0)
@@ -240,14 +296,14 @@ def main(argv=None) -> int:
     for _ in range(a.reps):
         t0, t1 = cp.cuda.Event(), cp.cuda.Event()
         t0.record()
-        ker((sms,), (THREADS,), args, shared_mem=SMEM)
+        ker((sms,), (THREADS,), args, shared_mem=smem)
         t1.record()
         t1.synchronize()
         times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
     us = float(np.median(times))
-    result.update(median_us=us, tflops=2.0 * BM * n * k / us / 1e6,
+    result.update(median_us=us, tflops=2.0 * m * n * k / us / 1e6,
                   packed_gbps=(k * n // 2 + k // 128 * n * 2) / us / 1e3)
-    print(f"M={BM} K={k} N={n}: {us:.1f} us, {result['tflops']:.0f} TFLOP/s, packed weights "
+    print(f"M={m} K={k} N={n} ({ENTRIES[m]}): {us:.1f} us, {result['tflops']:.0f} TFLOP/s, packed weights "
           f"{result['packed_gbps']:.0f} GB/s; {result['registers']} registers, "
           f"{result['local_bytes']} bytes local", flush=True)
     with open(a.out, "w") as f:
