@@ -141,7 +141,7 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
       if (kt + 2 < KT) load_words(w2, s2, W, S, kt + 2, n, N);
       const int slot = kt % STAGES;
       mbar_wait(&empty[slot], ((kt / STAGES) & 1) ^ 1);
-      // Activations: 64 rows x 8 chunks, two chunks per thread, swizzled as wgmma reads them.
+      // Activations: BM rows x 8 chunks (1 or 2 per thread), swizzled as wgmma reads them.
       int4* a_sh = sh_a + slot * A_INT4;
 #pragma unroll
       for (int i = 0; i < A_PER_THREAD; i++) {
