@@ -2,10 +2,12 @@
 sm_90 GPU). Written before any measurement: a first step toward next lever 2, not a kernel of
 the package.
 
-    python3 scripts/ss_probe.py OUT.json [--m 64|32] [--k 8192] [--reps 5] [--check]
+    python3 scripts/ss_probe.py OUT.json [--m 64|32] [--producers 256,128] [--k 8192]
+                                [--reps 5] [--check]
 
 One CTA per SM computes a 64 x 256 tile of C = A @ W over all of K: N = 256 x (SMs). Warp roles:
-- two producer warpgroups: each thread owns one of the tile's 256 weight columns. It loads
+- two producer warpgroups (``--producers 256``; or one, 128, with two columns per thread): each
+  thread owns one of the tile's 256 weight columns. It loads
   that column's packed words for a stage of 64 K (8 words, coalesced across threads) two
   stages ahead into registers, dequantizes and scales them, and stores each word as one 16-byte
   chunk of the fp16 tile in the 128-byte-swizzled K-major layout. The activations of the stage
@@ -38,8 +40,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 BN, BK, STAGES = 256, 64, 4
-PRODUCERS = 256
-THREADS = PRODUCERS + 128
 B_BYTES = BN * BK * 2
 
 
@@ -48,15 +48,19 @@ def smem_bytes(m: int) -> int:
     return STAGES * (m * BK * 2 + B_BYTES) + 2 * STAGES * 8
 
 
-#: M -> (entry, form): 64 rows as wgmma's A operand; 32 rows as B of the swapped form.
+#: M -> entry stem: 64 rows as wgmma's A operand; 32 rows as B of the swapped form.
 ENTRIES = {64: "ss_probe_m64", 32: "ss_probe_m32_swapped"}
+
+
+def entry(m: int, producers: int) -> str:
+    return f"{ENTRIES[m]}_p{producers}"
 #: Nibble i of a word holds K row PERM[i] of its 8 (see the module docstring).
 PERM = (0, 2, 4, 6, 1, 3, 5, 7)
 
 KERNEL = r'''
 namespace ss {
 using mc::uint32_t;
-constexpr int BN = 256, BK = 64, STAGES = 4, PRODUCERS = 256;
+constexpr int BN = 256, BK = 64, STAGES = 4;
 constexpr int B_INT4 = BN * BK / 8;   // 16-byte chunks of the weight tile per stage
 
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
@@ -109,13 +113,16 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[8], half& s, const uint
 
 // BM activation rows: 64 as wgmma's A operand (the weights are B, 2 x n128 per k16 step), or
 // SWAP with 32 rows as B of the swapped form (the weights are A, 4 x m64n32 per k16 step).
-template <int BM, bool SWAP>
+// PRODUCERS: 256 (two warpgroups, one weight column per thread) or 128 (one, two columns each).
+template <int BM, bool SWAP, int PRODUCERS>
 __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, const half* S,
                                         half* C, int N, int K) {
   constexpr int A_INT4 = BM * BK / 8;     // 16-byte chunks of the activation tile per stage
   constexpr int A_PER_THREAD = A_INT4 / PRODUCERS;
   static_assert(A_INT4 % PRODUCERS == 0, "whole chunks per producer");
   static_assert(SWAP ? BM == 32 : BM == 64, "the two forms of this probe");
+  static_assert(PRODUCERS == 128 || PRODUCERS == 256, "one or two producer warpgroups");
+  constexpr int COLS = BN / PRODUCERS;    // weight columns per producer thread
   extern __shared__ __align__(1024) int4 smem[];
   int4* sh_a = smem;                                   // STAGES x BM rows x 128 B
   int4* sh_b = smem + STAGES * A_INT4;                 // STAGES x 256 rows x 128 B
@@ -131,14 +138,21 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
   __syncthreads();
 
   if (tid < PRODUCERS) {
-    // ---- producers: column n0 + tid of the tile; stage kt's words two stages ahead.
-    const int p = tid, n = n0 + p;
-    mc::uint32_t w0[8], w1[8], w2[8];
-    half s0, s1, s2;
-    load_words(w0, s0, W, S, 0, n, N);
-    if (KT > 1) load_words(w1, s1, W, S, 1, n, N);
+    // ---- producers: columns p + c * PRODUCERS of the tile; stage kt's words two stages ahead.
+    const int p = tid;
+    mc::uint32_t w0[COLS][8], w1[COLS][8], w2[COLS][8];
+    half s0[COLS], s1[COLS], s2[COLS];
+#pragma unroll
+    for (int c = 0; c < COLS; c++) {
+      load_words(w0[c], s0[c], W, S, 0, n0 + p + c * PRODUCERS, N);
+      if (KT > 1) load_words(w1[c], s1[c], W, S, 1, n0 + p + c * PRODUCERS, N);
+    }
     for (int kt = 0; kt < KT; kt++) {
-      if (kt + 2 < KT) load_words(w2, s2, W, S, kt + 2, n, N);
+      if (kt + 2 < KT) {
+#pragma unroll
+        for (int c = 0; c < COLS; c++)
+          load_words(w2[c], s2[c], W, S, kt + 2, n0 + p + c * PRODUCERS, N);
+      }
       const int slot = kt % STAGES;
       mbar_wait(&empty[slot], ((kt / STAGES) & 1) ^ 1);
       // Activations: BM rows x 8 chunks (1 or 2 per thread), swizzled as wgmma reads them.
@@ -149,23 +163,30 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
         mc::cp_async16(a_sh + r * 8 + (c ^ (r & 7)), A + static_cast<size_t>(r) * (K / 8) + kt * 8 + c);
       }
       mbar_arrive_cp_async(&full[slot]);
-      // Weights: word j (K rows 8j..8j+7) becomes chunk j of row p.
-      int4* b_sh = sh_b + slot * B_INT4 + p * 8;
-      const half2 sc = __half2half2(s0);
+      // Weights: word j (K rows 8j..8j+7) of column row becomes chunk j of that row.
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        mc::FragB f0, f1;
-        mc::dequant_sym(w0[j], f0, f1);
-        f0[0] = __hmul2(f0[0], sc); f0[1] = __hmul2(f0[1], sc);
-        f1[0] = __hmul2(f1[0], sc); f1[1] = __hmul2(f1[1], sc);
-        b_sh[j ^ (p & 7)] = make_int4(static_cast<int>(mc::as_u32(f0[0])), static_cast<int>(mc::as_u32(f0[1])),
-                                      static_cast<int>(mc::as_u32(f1[0])), static_cast<int>(mc::as_u32(f1[1])));
+      for (int c = 0; c < COLS; c++) {
+        const int row = p + c * PRODUCERS;
+        int4* b_sh = sh_b + slot * B_INT4 + row * 8;
+        const half2 sc = __half2half2(s0[c]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          mc::FragB f0, f1;
+          mc::dequant_sym(w0[c][j], f0, f1);
+          f0[0] = __hmul2(f0[0], sc); f0[1] = __hmul2(f0[1], sc);
+          f1[0] = __hmul2(f1[0], sc); f1[1] = __hmul2(f1[1], sc);
+          b_sh[j ^ (row & 7)] = make_int4(static_cast<int>(mc::as_u32(f0[0])), static_cast<int>(mc::as_u32(f0[1])),
+                                          static_cast<int>(mc::as_u32(f1[0])), static_cast<int>(mc::as_u32(f1[1])));
+        }
       }
       mc::fence_proxy_async_shared();
       mbar_arrive(&full[slot]);
 #pragma unroll
-      for (int j = 0; j < 8; j++) { w0[j] = w1[j]; w1[j] = w2[j]; }
-      s0 = s1; s1 = s2;
+      for (int c = 0; c < COLS; c++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) { w0[c][j] = w1[c][j]; w1[c][j] = w2[c][j]; }
+        s0[c] = s1[c]; s1[c] = s2[c];
+      }
     }
   } else {
     // ---- consumer warpgroup: all 256 columns of the tile.
@@ -225,15 +246,16 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
 }
 }  // namespace ss
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-ss_probe_m64(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
-  ss::ss_loop<64, false>(A, W, S, C, N, K);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-ss_probe_m32_swapped(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {
-  ss::ss_loop<32, true>(A, W, S, C, N, K);
-}
+#define SS_ENTRY(NAME, BM, SWAP, P)                                                           \
+  extern "C" __global__ void __launch_bounds__(P + 128, 1)                                    \
+  NAME(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {          \
+    ss::ss_loop<BM, SWAP, P>(A, W, S, C, N, K);                                               \
+  }
+SS_ENTRY(ss_probe_m64_p256, 64, false, 256)
+SS_ENTRY(ss_probe_m64_p128, 64, false, 128)
+SS_ENTRY(ss_probe_m32_swapped_p256, 32, true, 256)
+SS_ENTRY(ss_probe_m32_swapped_p128, 32, true, 128)
+#undef SS_ENTRY
 '''
 
 
@@ -258,58 +280,72 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=8192)
     p.add_argument("--m", type=int, default=64, choices=sorted(ENTRIES),
                    help="activation rows: 64 (weights as wgmma's B) or 32 (the swapped form)")
+    p.add_argument("--producers", default="256,128",
+                   help="producer threads per CTA to time, comma-separated: 256 (two "
+                        "warpgroups, one column each) and/or 128 (one, two columns each)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--check", action="store_true", help="compare C with an FP32 reference")
     a = p.parse_args(argv)
     if a.k % 128:
         p.error("--k must be a multiple of 128")
+    producers = [int(v) for v in a.producers.split(",") if v]
+    if not producers or any(v not in (128, 256) for v in producers):
+        p.error("--producers takes 128 and/or 256")
     import cupy as cp
     import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.records import environment
-    ker = jit.load_module(source(), arch_suffix="a").get_function(ENTRIES[a.m])
-    smem = smem_bytes(a.m)
-    ker.max_dynamic_shared_size_bytes = smem
+    module = jit.load_module(source(), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     k, n, m = a.k, BN * sms, a.m
+    smem = smem_bytes(m)
     rs = cp.random.RandomState(0)
     q = rs.randint(0, 16, size=(k, n), dtype=cp.uint8)
     scales = rs.uniform(1e-3, 1e-2, size=(k // 128, n)).astype(cp.float16)
     x = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
     words = pack(q, cp)
-    out = cp.full((m, n), cp.nan, dtype=cp.float16)
-    args = (x, words, scales, out, np.int32(n), np.int32(k))
-    ker((sms,), (THREADS,), args, shared_mem=smem)
-    cp.cuda.Device().synchronize()
-    result = {"kind": "ss_probe", "environment": environment(), "m": m, "k": k, "n": n,
-              "entry": ENTRIES[m], "sms": sms, "threads": THREADS, "smem": smem, "stages": STAGES,
-              "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes)}
+    ref = None
     if a.check:
         w = (q.astype(cp.float32) - 8) * cp.repeat(scales.astype(cp.float32), 128, axis=0)
         ref = x.astype(cp.float32) @ w
-        err = float(cp.linalg.norm(out.astype(cp.float32) - ref) / cp.linalg.norm(ref))
-        result["rel_error"] = err
-        print(f"relative error against FP32: {err:.3e}"
-              f"{'' if err < 2e-3 else '  (too large: the kernel is wrong)'}", flush=True)
-        del w, ref
-    times = []
-    for _ in range(a.reps):
-        t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-        t0.record()
-        ker((sms,), (THREADS,), args, shared_mem=smem)
-        t1.record()
-        t1.synchronize()
-        times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
-    us = float(np.median(times))
-    result.update(median_us=us, tflops=2.0 * m * n * k / us / 1e6,
-                  packed_gbps=(k * n // 2 + k // 128 * n * 2) / us / 1e3)
-    print(f"M={m} K={k} N={n} ({ENTRIES[m]}): {us:.1f} us, {result['tflops']:.0f} TFLOP/s, packed weights "
-          f"{result['packed_gbps']:.0f} GB/s; {result['registers']} registers, "
-          f"{result['local_bytes']} bytes local", flush=True)
+        del w
+    del q
+    runs, failed = [], False
+    for prod in producers:
+        name, threads = entry(m, prod), prod + 128
+        ker = module.get_function(name)
+        ker.max_dynamic_shared_size_bytes = smem
+        out = cp.full((m, n), cp.nan, dtype=cp.float16)
+        args = (x, words, scales, out, np.int32(n), np.int32(k))
+        ker((sms,), (threads,), args, shared_mem=smem)
+        cp.cuda.Device().synchronize()
+        run = {"entry": name, "producers": prod, "threads": threads,
+               "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes)}
+        if ref is not None:
+            err = float(cp.linalg.norm(out.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+            run["rel_error"] = err
+            failed |= not err < 2e-3
+            print(f"{name}: relative error against FP32 {err:.3e}"
+                  f"{'' if err < 2e-3 else '  (too large: the kernel is wrong)'}", flush=True)
+        times = []
+        for _ in range(a.reps):
+            t0, t1 = cp.cuda.Event(), cp.cuda.Event()
+            t0.record()
+            ker((sms,), (threads,), args, shared_mem=smem)
+            t1.record()
+            t1.synchronize()
+            times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
+        us = float(np.median(times))
+        run.update(median_us=us, tflops=2.0 * m * n * k / us / 1e6,
+                   packed_gbps=(k * n // 2 + k // 128 * n * 2) / us / 1e3)
+        runs.append(run)
+        print(f"{name}: M={m} K={k} N={n}: {us:.1f} us, {run['tflops']:.0f} TFLOP/s, packed "
+              f"weights {run['packed_gbps']:.0f} GB/s; {run['registers']} registers, "
+              f"{run['local_bytes']} bytes local", flush=True)
     with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
-    return 0 if result.get("rel_error", 0.0) < 2e-3 else 1
-
+        json.dump({"kind": "ss_probe", "environment": environment(), "m": m, "k": k, "n": n,
+                   "sms": sms, "smem": smem, "stages": STAGES, "runs": runs}, f, indent=1)
+    return 1 if failed else 0
 
 if __name__ == "__main__":
     sys.exit(main())
