@@ -76,10 +76,18 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned long long* bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(mc::smem_addr(bar))
                : "memory");
 }
+// Wait for the phase of parity `parity`. A probe that has never run may deadlock: after about
+// 4 million unsuccessful tries (seconds) it traps instead of hanging the GPU.
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}\n" ::"r"(mc::smem_addr(bar)), "r"(parity) : "memory");
+  for (int tries = 0;; tries++) {
+    mc::uint32_t done;
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(mc::smem_addr(bar)), "r"(parity) : "memory");
+    if (done) return;
+    if (tries > (1 << 22)) __trap();
+  }
 }
 
 #define SS_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
