@@ -512,3 +512,21 @@ def test_records_accept_marlin_pdl_rows():
                      "median_us": 6.7, "config": "t256_m1_n8_k16_s6_g8_fp32par_sw1"}]}
     from marlin_cupy import records
     records.validate_record(rec)
+
+
+def test_report_says_how_the_times_were_taken(tmp_path, capsys):
+    rec = synthetic_record()
+    assert "medians of CUDA-event GPU times per call" in report.markdown(rec)
+    rec["method"] = {"chain_len": 16}
+    text = report.markdown(rec)
+    assert "chains of 16 calls back to back" in text and "per call," not in text
+    # --provider picks whose speedups the headline prints (marlin-pdl in a chain record).
+    for r in rec["rows"]:
+        if r["provider"] == "naive-dequant-gemm":
+            r["provider"] = r["label"] = "marlin-pdl"
+    rec["providers"]["marlin-pdl"] = rec["providers"].pop("naive-dequant-gemm")
+    rec["summary"] = metrics.summarize_sets(rec["rows"], {"custom": 2}, 4000.0)
+    path = tmp_path / "chain_bench.json"
+    path.write_text(json.dumps(rec))
+    assert report.main([str(path), "--headline", "1", "--provider", "marlin-pdl"]) == 0
+    assert "| 1 | 0.64x (" in capsys.readouterr().out      # 270 / 420 summed

@@ -89,6 +89,15 @@ def _clocks(c):
     return f"SM {c.get('sm_mhz')} MHz, memory {c.get('mem_mhz')} MHz"
 
 
+def _timing_sentence(rec) -> str:
+    """How the record's times were taken: per call (the default) or in chains (--chain-len)."""
+    chain = ((rec.get("method") or {}).get("chain_len")) or 0
+    if chain:
+        return (f"Times are medians over chains of {chain} calls back to back (one CUDA-event "
+                f"pair per chain, divided by {chain}; compare only with other chain records)")
+    return "Times are medians of CUDA-event GPU times per call"
+
+
 def markdown(rec) -> str:
     dev = rec["device"]
     gs = rec["group_size"]
@@ -109,7 +118,7 @@ def markdown(rec) -> str:
         f"- CuPy {v.get('cupy')}, CUDA runtime {v.get('cuda_runtime')}, driver {v.get('cuda_driver')}, "
         f"torch {v.get('torch')}",
         "",
-        "Times are medians of CUDA-event GPU times per call, weights rotated so they are never "
+        _timing_sentence(rec) + ", weights rotated so they are never "
         "L2-resident, summed over the set's layers. **Speedup** = summed time of the fastest FP16 "
         "GEMM per layer (cublas-fp16 or torch-fp16) / summed time of the provider. "
         "**% roofline** = minimum bytes (int4 weights + scales + A + C) / time / copy bandwidth. "
@@ -344,6 +353,9 @@ def main(argv=None) -> int:
     ap.add_argument("--headline", metavar="M,M,...", nargs="?", const="",
                     help="print only the marlin speedup table (for the README), optionally for "
                          "these batch sizes; writes nothing")
+    ap.add_argument("--provider", default="marlin",
+                    help="whose speedups --headline prints (default marlin; e.g. marlin-pdl "
+                         "in a chain record)")
     args = ap.parse_args(argv)
     try:
         rec = load(args.json)
@@ -352,7 +364,7 @@ def main(argv=None) -> int:
         return 2
     if args.headline is not None:
         wanted = [int(v) for v in args.headline.split(",") if v.strip()]
-        print(headline_table(rec, batches=wanted or None))
+        print(headline_table(rec, provider=args.provider, batches=wanted or None))
         return 0
     for path in write_report(rec, args.json, args.out_dir, plots=not args.no_plot):
         print(path)
