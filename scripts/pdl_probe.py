@@ -4,13 +4,14 @@
     python3 scripts/pdl_probe.py OUT.json [--sets llama2-7b,llama2-13b,llama2-70b]
                                  [--m 1,2,4,8,16,32,64,128] [--length 32] [--reps 7]
 
-Each layer and M runs the default dispatch's config as a *chain*: ``--length`` launches back to
-back on one stream (weights rotated past the L2 as in the tuner), with an event before the
-first and after the last, queued behind a spin kernel so the host is ahead; the time per
-launch is the chain's time divided by its length, the median over ``--reps`` chains. Per-call
-timing (the harness's) cannot show PDL: an event recorded between two kernels ends the overlap.
+Each layer and M runs the default dispatch's config in *chains*: the harness's chain timing
+(``bench.harness.Timer(chain_len=--length)``, as ``python -m marlin_cupy.bench --chain-len``),
+``--length`` launches back to back on one stream per event pair, weights rotated past the L2,
+at least ``--reps`` chains. Each variant is timed twice, the rounds interleaved, and its time
+per launch is the mean of the two medians. Per-call timing cannot show PDL: an event recorded
+between two kernels ends the overlap.
 
-Variants, interleaved per repetition:
+Variants:
 - ``plain``: the shipped build, launched by CuPy (``cuLaunchKernel``);
 - ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1, 2 or 3) through ``cuLaunchKernelEx`` with the
   programmatic-serialization attribute (``marlin_cupy.pdl``);
@@ -53,11 +54,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy import jit, kernels, ops, pdl  # noqa: E402
-from marlin_cupy.bench.harness import (L2_FACTOR, SPIN_MAX_US, Timer, bench_stream,  # noqa: E402
+from marlin_cupy.bench.harness import (L2_FACTOR, Timer, bench_stream,  # noqa: E402
                                        layer_cases, random_weight_rotation, rotation_copies)
 from marlin_cupy.bench.shapes import SHAPE_SETS, set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
-
 
 
 def main(argv=None) -> int:
@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("out")
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,2,4,8,16,32,64,128")
-    p.add_argument("--length", type=int, default=32)
-    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--length", type=int, default=32, help="launches per chain")
+    p.add_argument("--reps", type=int, default=7, help="fewest chains per measurement")
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--pairs", action="store_true",
                    help="also time each chain with an elementwise kernel writing x before "
@@ -111,21 +111,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     rows, failures = [], 0
     with bench_stream() as stream:
-        timer = Timer(stream)
+        timer = Timer(stream, budget_ms=15.0, min_reps=a.reps, max_reps=a.reps * a.length,
+                      chain_len=a.length)
         ws = ops.workspace(stream)
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-
-        def chain(launch, copies):
-            out = []
-            for _ in range(a.reps):
-                timer.spin(min(SPIN_MAX_US, 60.0 * a.length + 100.0))
-                start.record(stream)
-                for i in range(a.length):
-                    launch(i % copies)
-                end.record(stream)
-                end.synchronize()
-                out.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / a.length)
-            return out
 
         def launchers(plan, x, mws, out, kernel_pdl):
             locks, scratch = ws.get(plan.grid, plan.scratch_floats)
@@ -165,9 +153,6 @@ def main(argv=None) -> int:
                 def plain_ex(i):
                     with_pdl(i, False, plan.kernel)
 
-                for f in (plain, with_pdl, lambda i: with_pdl(i, False), plain_ex, fp16):
-                    chain(f, copies)                                     # warm-up
-                times = {"plain": [], "pdl": [], "pdl_noattr": [], "plain_ex": [], "fp16": []}
                 one = cp.float16(1.0)
 
                 def paired(f):
@@ -175,20 +160,19 @@ def main(argv=None) -> int:
                         cp.multiply(x, one, out=x)
                         f(i)
                     return call
+
+                # name -> (launch of weight copy i, copies to rotate over)
+                variants = {"plain": (plain, copies), "pdl": (with_pdl, copies),
+                            "pdl_noattr": (lambda i: with_pdl(i, False), copies),
+                            "plain_ex": (plain_ex, copies), "fp16": (fp16, len(w16))}
                 if a.pairs:
-                    times.update(pair_plain=[], pair_pdl=[], pair_fp16=[])
-                    for f in (plain, with_pdl, fp16):
-                        chain(paired(f), copies)                         # warm-up
+                    variants.update(pair_plain=(paired(plain), copies),
+                                    pair_pdl=(paired(with_pdl), copies),
+                                    pair_fp16=(paired(fp16), len(w16)))
+                times = {v: [] for v in variants}
                 for _ in range(2):
-                    if a.pairs:
-                        times["pair_plain"] += chain(paired(plain), copies)
-                        times["pair_pdl"] += chain(paired(with_pdl), copies)
-                        times["pair_fp16"] += chain(paired(fp16), len(w16))
-                    times["plain"] += chain(plain, copies)
-                    times["pdl"] += chain(with_pdl, copies)
-                    times["pdl_noattr"] += chain(lambda i: with_pdl(i, False), copies)
-                    times["plain_ex"] += chain(plain_ex, copies)
-                    times["fp16"] += chain(fp16, len(w16))
+                    for v, (launch, n_copies) in variants.items():
+                        times[v].append(timer.measure(launch, n_copies).stats.median_us)
                 plain(0)
                 y_plain = out.copy()
                 with_pdl(0)

@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     p.add_argument("--producers", default="256,128",
                    help="producer threads per CTA to time, comma-separated: 256 (two "
                         "warpgroups, one column each) and/or 128 (one, two columns each)")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=5, help="fewest timed launches per variant")
     p.add_argument("--check", action="store_true", help="compare C with an FP32 reference")
     a = p.parse_args(argv)
     if a.k % 128:
@@ -302,6 +302,7 @@ def main(argv=None) -> int:
     import cupy as cp
     import numpy as np
     from marlin_cupy import jit
+    from marlin_cupy.bench.harness import Timer, bench_stream
     from marlin_cupy.records import environment
     module = jit.load_module(source(), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
@@ -335,15 +336,10 @@ def main(argv=None) -> int:
             failed |= not err < 2e-3
             print(f"{name}: relative error against FP32 {err:.3e}"
                   f"{'' if err < 2e-3 else '  (too large: the kernel is wrong)'}", flush=True)
-        times = []
-        for _ in range(a.reps):
-            t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-            t0.record()
-            ker((sms,), (threads,), args, shared_mem=smem)
-            t1.record()
-            t1.synchronize()
-            times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
-        us = float(np.median(times))
+        with bench_stream() as stream:
+            timer = Timer(stream, budget_ms=20.0, min_reps=a.reps, max_reps=max(a.reps, 50))
+            us = timer.measure(lambda i: ker((sms,), (threads,), args, shared_mem=smem),
+                               1).stats.median_us
         run.update(median_us=us, tflops=2.0 * m * n * k / us / 1e6,
                    packed_gbps=(k * n // 2 + k // 128 * n * 2) / us / 1e3)
         runs.append(run)

@@ -83,26 +83,28 @@ def test_check_pdl():
             check_pdl(bad, "90")
 
 
-def test_missing_driver_library_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", ("libdoes-not-exist.so.1",))
-    pdl._driver.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match="could not be loaded.*use pdl=False"):
-            pdl._driver()
-    finally:
+@pytest.fixture
+def driver_libraries(monkeypatch):
+    """Point ``pdl._driver`` at other libraries; its cached lookup is dropped before and after."""
+    def use(*names):
+        monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", names)
         pdl._driver.cache_clear()
+    yield use
+    pdl._driver.cache_clear()
 
 
-def test_driver_without_the_entry_point_is_a_clear_error(monkeypatch):
+def test_missing_driver_library_is_a_clear_error(driver_libraries):
+    driver_libraries("libdoes-not-exist.so.1")
+    with pytest.raises(RuntimeError, match="could not be loaded.*use pdl=False"):
+        pdl._driver()
+
+
+def test_driver_without_the_entry_point_is_a_clear_error(driver_libraries):
     # libc stands in for a driver library that lacks cuLaunchKernelEx.
     import ctypes.util
     libc = ctypes.util.find_library("c")
     if libc is None:
         pytest.skip("no C library to stand in for the driver")
-    monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", (libc,))
-    pdl._driver.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match="no cuLaunchKernelEx"):
-            pdl._driver()
-    finally:
-        pdl._driver.cache_clear()
+    driver_libraries(libc)
+    with pytest.raises(RuntimeError, match="no cuLaunchKernelEx"):
+        pdl._driver()
