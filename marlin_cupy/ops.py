@@ -53,6 +53,10 @@ def device_facts(device_id: int | None = None) -> dict:
             "name": name.decode() if isinstance(name, bytes) else str(name),
             "sms": attrs["MultiProcessorCount"],
             "smem_optin": attrs["MaxSharedMemoryPerBlockOptin"],
+            "smem_per_sm": cp.cuda.runtime.deviceGetAttribute(
+                cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev.id),
+            "smem_reserved": cp.cuda.runtime.deviceGetAttribute(
+                cp.cuda.runtime.cudaDevAttrReservedSharedMemoryPerBlock, dev.id),
             "cc": dev.compute_capability,
         }
         _device_props[dev.id] = facts
@@ -226,6 +230,22 @@ def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, ha
                          + ". Pass config=None for the default choice.")
 
 
+def pdl_padded_smem(smem: int, per_sm: int, smem_per_sm: int, reserved: int,
+                    smem_optin: int) -> int:
+    """Dynamic shared memory for a ``pdl=True`` launch of a kernel that needs ``smem`` bytes
+    and runs ``per_sm`` CTAs per SM: enough that no further CTA fits an SM beside them.
+
+    With programmatic dependent launch the next kernel's CTAs may become resident while this
+    grid still runs, and wait at ``griddepcontrol.wait``. If a config leaves room for one more
+    CTA on an SM, that waiting CTA takes the place of a running one's successor (measured:
+    28672x8192 at M = 16, +25 % in chains; padded, -5 %; NOTES.md entry 32). Padding costs
+    nothing else: the kernel uses only the first ``smem`` bytes.
+    """
+    if per_sm < 1:
+        raise ValueError(f"per_sm={per_sm} must be at least 1.")
+    return max(smem, min(smem_optin, smem_per_sm // per_sm - reserved))
+
+
 def check_pdl(pdl, device_cc: str | None):
     """``pdl`` must be a bool, and True only where programmatic dependent launch exists
     (compute capability 9.0 and newer)."""
@@ -278,8 +298,13 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     # One partial-sum slot per CTA for the serial reduction (the column's top CTA's); two per
     # CTA for the parallel one (the column its stripe starts in, and the one it ends in).
     slots = grid * (2 if cfg.parallel_reduce else 1)
-    return Plan(cfg, kernel, grid, cfg.threads, parallel, cfg.smem_bytes(has_zp),
-                slots * cfg.tile_m * cfg.tile_n)
+    smem = cfg.smem_bytes(has_zp)
+    if pdl:
+        smem = pdl_padded_smem(smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],
+                               facts["smem_optin"])
+        if kernel.max_dynamic_shared_size_bytes < smem:
+            kernel.max_dynamic_shared_size_bytes = smem
+    return Plan(cfg, kernel, grid, cfg.threads, parallel, smem, slots * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.

@@ -21,10 +21,11 @@ Variants:
   launch path alone);
 - ``fp16``: ``cupy.matmul`` on fp16 weights, the same chain (rotated past the L2).
 
-With ``--pad-smem``, the PDL launches (``pdl``, ``pdl_noattr`` and the pairs') ask for more
-dynamic shared memory than they use, so that no SM can hold more than the config's
-``blocks_per_sm`` CTAs. Without it a CTA of the next launch can sit on an SM beside the running
-grid's when memory allows (a hypothesis for the 28672x8192 outlier of NOTES.md entry 30).
+The PDL launches (``pdl``, ``pdl_noattr`` and the pairs') ask for more dynamic shared memory
+than they use, as ``matmul(..., pdl=True)`` does (``ops.pdl_padded_smem``), so that no SM can
+hold more than the config's ``blocks_per_sm`` CTAs. With ``--no-pad-smem`` they ask for the
+config's own: a CTA of the next launch can then sit on an SM beside the running grid's where
+memory allows, which made 28672x8192 at M = 16 25 % slower (NOTES.md entries 30 and 32).
 
 With ``--pairs``, three more: ``pair_plain``, ``pair_pdl`` and ``pair_fp16``, the same chains
 with an elementwise CuPy kernel that rewrites ``x`` (``x *= 1``) before every launch, as a norm
@@ -71,9 +72,9 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", action="store_true",
                    help="also time each chain with an elementwise kernel writing x before "
                         "every launch")
-    p.add_argument("--pad-smem", action="store_true",
-                   help="pad the PDL launches' dynamic shared memory so that at most "
-                        "blocks_per_sm CTAs fit an SM")
+    p.add_argument("--no-pad-smem", dest="pad_smem", action="store_false",
+                   help="launch with the configs' own dynamic shared memory instead of the "
+                        "padding matmul(..., pdl=True) uses (at most blocks_per_sm CTAs per SM)")
     p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3),
                    help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
                         "before the wait, 2 prefetches them into L2, 3 waits first (a control: "
@@ -89,19 +90,15 @@ def main(argv=None) -> int:
     jit.warm_cache([(pre + kernels.marlin_source(c, False), c.arch_suffix)
                     for c in cfgs for pre in ("", PREFIX)], os.cpu_count() or 4)
     pdl_kernels = {c: ops.build_kernel(c, prefix=PREFIX) for c in cfgs}
-    dev_attrs = cp.cuda.Device().attributes
-    # Hopper's figures where CuPy does not list an attribute: 228 KB per SM, 1 KB reserved
-    # per CTA, 227 KB for one CTA.
-    per_sm = int(dev_attrs.get("MaxSharedMemoryPerMultiprocessor", 233472))
-    reserved = int(dev_attrs.get("ReservedSharedMemoryPerBlock", 1024))
-    optin = int(dev_attrs.get("MaxSharedMemoryPerBlockOptin", 232448))
+    facts = ops.device_facts()
+    per_sm, reserved, optin = facts["smem_per_sm"], facts["smem_reserved"], facts["smem_optin"]
 
     def pdl_smem(cfg, smem):
-        """The PDL launches' dynamic shared memory: the config's, or with --pad-smem as much as
-        keeps blocks_per_sm + 1 CTAs from fitting an SM."""
+        """The PDL launches' dynamic shared memory: padded as matmul(..., pdl=True) pads it
+        (blocks_per_sm + 1 CTAs cannot fit an SM), or with --no-pad-smem the config's own."""
         if not a.pad_smem:
             return smem
-        padded = max(smem, min(optin, per_sm // cfg.blocks_per_sm - reserved))
+        padded = ops.pdl_padded_smem(smem, cfg.blocks_per_sm, per_sm, reserved, optin)
         kernel = pdl_kernels.get(cfg)
         if kernel is not None and kernel.max_dynamic_shared_size_bytes < padded:
             kernel.max_dynamic_shared_size_bytes = padded

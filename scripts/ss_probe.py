@@ -52,8 +52,24 @@ def smem_bytes(m: int) -> int:
 ENTRIES = {64: "ss_probe_m64", 32: "ss_probe_m32_swapped"}
 
 
-def entry(m: int, producers: int) -> str:
-    return f"{ENTRIES[m]}_p{producers}"
+LAYOUTS = ("rows", "tiled")
+
+
+def entry(m: int, producers: int, ahead: int, layout: str) -> str:
+    return f"{ENTRIES[m]}_p{producers}_a{ahead}_{layout}"
+
+
+def entries_source(m: int, variants) -> str:
+    """One extern "C" kernel per (producers, ahead, layout) of ``variants``."""
+    lines = []
+    for prod, ahead, layout in variants:
+        lines.append(
+            f'extern "C" __global__ void __launch_bounds__({prod + 128}, 1)\n'
+            f"{entry(m, prod, ahead, layout)}(const int4* A, const mc::uint32_t* W, "
+            f"const half* S, half* C, int N, int K) {{\n"
+            f"  ss::ss_loop<{m}, {'true' if m == 32 else 'false'}, {prod}, {ahead}, "
+            f"{'true' if layout == 'tiled' else 'false'}>(A, W, S, C, N, K);\n}}\n")
+    return "".join(lines)
 #: Nibble i of a word holds K row PERM[i] of its 8 (see the module docstring).
 PERM = (0, 2, 4, 6, 1, 3, 5, 7)
 
@@ -112,17 +128,32 @@ __device__ __forceinline__ void wgmma_ss_n32(mc::FragC* d, unsigned long long da
 }
 #undef SS_ACC
 
+// Stage kt's 8 packed words of weight column n, and its group scale. ROWS: words [K/8, N]
+// (one LDG.32 per word, coalesced across the warp); TILED: [N/256][K/64][256][8] (a column's
+// 8 words of a stage are 32 contiguous bytes, two LDG.128, and a CTA's stage is 8 KB contiguous).
+template <bool TILED>
 __device__ __forceinline__ void load_words(uint32_t (&w)[8], half& s, const uint32_t* W,
-                                           const half* S, int kt, int n, int N) {
+                                           const half* S, int kt, int n, int N, int KT) {
+  if constexpr (TILED) {
+    const int4* src = reinterpret_cast<const int4*>(W) +
+                      (static_cast<size_t>(n / BN) * KT + kt) * (BN * 2) + (n % BN) * 2;
+    const int4 lo = __ldg(src), hi = __ldg(src + 1);
+    w[0] = lo.x; w[1] = lo.y; w[2] = lo.z; w[3] = lo.w;
+    w[4] = hi.x; w[5] = hi.y; w[6] = hi.z; w[7] = hi.w;
+  } else {
 #pragma unroll
-  for (int j = 0; j < 8; j++) w[j] = __ldg(W + static_cast<size_t>(kt * 8 + j) * N + n);
+    for (int j = 0; j < 8; j++) w[j] = __ldg(W + static_cast<size_t>(kt * 8 + j) * N + n);
+  }
   s = S[static_cast<size_t>(kt / 2) * N + n];
 }
 
 // BM activation rows: 64 as wgmma's A operand (the weights are B, 2 x n128 per k16 step), or
 // SWAP with 32 rows as B of the swapped form (the weights are A, 4 x m64n32 per k16 step).
 // PRODUCERS: 256 (two warpgroups, one weight column per thread) or 128 (one, two columns each).
-template <int BM, bool SWAP, int PRODUCERS>
+// AHEAD: stages of packed words in flight in each producer's registers. The register sets form a
+// ring of AHEAD + 1 indexed at compile time (the stage loop is unrolled by AHEAD + 1), so no
+// register copy waits for a load that is still in flight. TILED: the weight layout (load_words).
+template <int BM, bool SWAP, int PRODUCERS, int AHEAD, bool TILED>
 __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, const half* S,
                                         half* C, int N, int K) {
   constexpr int A_INT4 = BM * BK / 8;     // 16-byte chunks of the activation tile per stage
@@ -130,6 +161,7 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
   static_assert(A_INT4 % PRODUCERS == 0, "whole chunks per producer");
   static_assert(SWAP ? BM == 32 : BM == 64, "the two forms of this probe");
   static_assert(PRODUCERS == 128 || PRODUCERS == 256, "one or two producer warpgroups");
+  static_assert(AHEAD >= 1 && AHEAD <= 4, "1 to 4 stages of words in flight");
   constexpr int COLS = BN / PRODUCERS;    // weight columns per producer thread
   extern __shared__ __align__(1024) int4 smem[];
   int4* sh_a = smem;                                   // STAGES x BM rows x 128 B
@@ -146,54 +178,56 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
   __syncthreads();
 
   if (tid < PRODUCERS) {
-    // ---- producers: columns p + c * PRODUCERS of the tile; stage kt's words two stages ahead.
+    // ---- producers: columns p + c * PRODUCERS of the tile; stage kt's words AHEAD stages early.
     const int p = tid;
-    mc::uint32_t w0[COLS][8], w1[COLS][8], w2[COLS][8];
-    half s0[COLS], s1[COLS], s2[COLS];
+    constexpr int RING = AHEAD + 1;
+    mc::uint32_t w[RING][COLS][8];
+    half s[RING][COLS];
 #pragma unroll
-    for (int c = 0; c < COLS; c++) {
-      load_words(w0[c], s0[c], W, S, 0, n0 + p + c * PRODUCERS, N);
-      if (KT > 1) load_words(w1[c], s1[c], W, S, 1, n0 + p + c * PRODUCERS, N);
-    }
-    for (int kt = 0; kt < KT; kt++) {
-      if (kt + 2 < KT) {
+    for (int d = 0; d < AHEAD; d++)
 #pragma unroll
-        for (int c = 0; c < COLS; c++)
-          load_words(w2[c], s2[c], W, S, kt + 2, n0 + p + c * PRODUCERS, N);
-      }
-      const int slot = kt % STAGES;
-      mbar_wait(&empty[slot], ((kt / STAGES) & 1) ^ 1);
-      // Activations: BM rows x 8 chunks (1 or 2 per thread), swizzled as wgmma reads them.
-      int4* a_sh = sh_a + slot * A_INT4;
+      for (int c = 0; c < COLS; c++)
+        if (d < KT) load_words<TILED>(w[d][c], s[d][c], W, S, d, n0 + p + c * PRODUCERS, N, KT);
+    for (int kt0 = 0; kt0 < KT; kt0 += RING) {
 #pragma unroll
-      for (int i = 0; i < A_PER_THREAD; i++) {
-        const int q = p + i * PRODUCERS, r = q / 8, c = q % 8;
-        mc::cp_async16(a_sh + r * 8 + (c ^ (r & 7)), A + static_cast<size_t>(r) * (K / 8) + kt * 8 + c);
-      }
-      mbar_arrive_cp_async(&full[slot]);
-      // Weights: word j (K rows 8j..8j+7) of column row becomes chunk j of that row.
+      for (int d = 0; d < RING; d++) {
+        const int kt = kt0 + d;
+        if (kt >= KT) break;
+        // The set processed one step ago is free: stage kt + AHEAD goes into it.
+        if (kt + AHEAD < KT) {
 #pragma unroll
-      for (int c = 0; c < COLS; c++) {
-        const int row = p + c * PRODUCERS;
-        int4* b_sh = sh_b + slot * B_INT4 + row * 8;
-        const half2 sc = __half2half2(s0[c]);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          mc::FragB f0, f1;
-          mc::dequant_sym(w0[c][j], f0, f1);
-          f0[0] = __hmul2(f0[0], sc); f0[1] = __hmul2(f0[1], sc);
-          f1[0] = __hmul2(f1[0], sc); f1[1] = __hmul2(f1[1], sc);
-          b_sh[j ^ (row & 7)] = make_int4(static_cast<int>(mc::as_u32(f0[0])), static_cast<int>(mc::as_u32(f0[1])),
-                                          static_cast<int>(mc::as_u32(f1[0])), static_cast<int>(mc::as_u32(f1[1])));
+          for (int c = 0; c < COLS; c++)
+            load_words<TILED>(w[(d + AHEAD) % RING][c], s[(d + AHEAD) % RING][c], W, S,
+                              kt + AHEAD, n0 + p + c * PRODUCERS, N, KT);
         }
-      }
-      mc::fence_proxy_async_shared();
-      mbar_arrive(&full[slot]);
+        const int slot = kt % STAGES;
+        mbar_wait(&empty[slot], ((kt / STAGES) & 1) ^ 1);
+        // Activations: BM rows x 8 chunks (1 or 2 per thread), swizzled as wgmma reads them.
+        int4* a_sh = sh_a + slot * A_INT4;
 #pragma unroll
-      for (int c = 0; c < COLS; c++) {
+        for (int i = 0; i < A_PER_THREAD; i++) {
+          const int q = p + i * PRODUCERS, r = q / 8, c = q % 8;
+          mc::cp_async16(a_sh + r * 8 + (c ^ (r & 7)), A + static_cast<size_t>(r) * (K / 8) + kt * 8 + c);
+        }
+        mbar_arrive_cp_async(&full[slot]);
+        // Weights: word j (K rows 8j..8j+7) of column row becomes chunk j of that row.
 #pragma unroll
-        for (int j = 0; j < 8; j++) { w0[c][j] = w1[c][j]; w1[c][j] = w2[c][j]; }
-        s0[c] = s1[c]; s1[c] = s2[c];
+        for (int c = 0; c < COLS; c++) {
+          const int row = p + c * PRODUCERS;
+          int4* b_sh = sh_b + slot * B_INT4 + row * 8;
+          const half2 sc = __half2half2(s[d][c]);
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            mc::FragB f0, f1;
+            mc::dequant_sym(w[d][c][j], f0, f1);
+            f0[0] = __hmul2(f0[0], sc); f0[1] = __hmul2(f0[1], sc);
+            f1[0] = __hmul2(f1[0], sc); f1[1] = __hmul2(f1[1], sc);
+            b_sh[j ^ (row & 7)] = make_int4(static_cast<int>(mc::as_u32(f0[0])), static_cast<int>(mc::as_u32(f0[1])),
+                                            static_cast<int>(mc::as_u32(f1[0])), static_cast<int>(mc::as_u32(f1[1])));
+          }
+        }
+        mc::fence_proxy_async_shared();
+        mbar_arrive(&full[slot]);
       }
     }
   } else {
@@ -254,22 +288,12 @@ __device__ __forceinline__ void ss_loop(const int4* A, const mc::uint32_t* W, co
 }
 }  // namespace ss
 
-#define SS_ENTRY(NAME, BM, SWAP, P)                                                           \
-  extern "C" __global__ void __launch_bounds__(P + 128, 1)                                    \
-  NAME(const int4* A, const mc::uint32_t* W, const half* S, half* C, int N, int K) {          \
-    ss::ss_loop<BM, SWAP, P>(A, W, S, C, N, K);                                               \
-  }
-SS_ENTRY(ss_probe_m64_p256, 64, false, 256)
-SS_ENTRY(ss_probe_m64_p128, 64, false, 128)
-SS_ENTRY(ss_probe_m32_swapped_p256, 32, true, 256)
-SS_ENTRY(ss_probe_m32_swapped_p128, 32, true, 128)
-#undef SS_ENTRY
 '''
 
 
-def source() -> str:
+def source(m: int = 64, variants=((256, 2, "tiled"),)) -> str:
     from marlin_cupy import kernels
-    return kernels._base_source() + KERNEL
+    return kernels._base_source() + KERNEL + entries_source(m, variants)
 
 
 def pack(q, cp):
@@ -282,6 +306,13 @@ def pack(q, cp):
     return words
 
 
+def tile_words(words, cp):
+    """Words [K/8, N] -> the tiled layout [N/256][K/64][256][8] (flat), see ``load_words``."""
+    k8, n = words.shape
+    t = words.reshape(k8 // 8, 8, n // BN, BN).transpose(2, 0, 3, 1)
+    return cp.ascontiguousarray(t).reshape(-1)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -291,6 +322,11 @@ def main(argv=None) -> int:
     p.add_argument("--producers", default="256,128",
                    help="producer threads per CTA to time, comma-separated: 256 (two "
                         "warpgroups, one column each) and/or 128 (one, two columns each)")
+    p.add_argument("--ahead", default="1,2,3",
+                   help="stages of packed words in flight in registers, comma-separated (1-4)")
+    p.add_argument("--layout", default="rows,tiled",
+                   help="weight layouts, comma-separated: rows ([K/8, N] words, LDG.32) and/or "
+                        "tiled ([N/256][K/64][256][8], LDG.128)")
     p.add_argument("--reps", type=int, default=5, help="fewest timed launches per variant")
     p.add_argument("--check", action="store_true", help="compare C with an FP32 reference")
     a = p.parse_args(argv)
@@ -299,12 +335,19 @@ def main(argv=None) -> int:
     producers = [int(v) for v in a.producers.split(",") if v]
     if not producers or any(v not in (128, 256) for v in producers):
         p.error("--producers takes 128 and/or 256")
+    aheads = [int(v) for v in a.ahead.split(",") if v]
+    if not aheads or any(not 1 <= v <= 4 for v in aheads):
+        p.error("--ahead takes values from 1 to 4")
+    layouts = [v for v in a.layout.split(",") if v]
+    if not layouts or any(v not in LAYOUTS for v in layouts):
+        p.error(f"--layout takes {' and/or '.join(LAYOUTS)}")
+    variants = [(pr, ah, lay) for pr in producers for ah in aheads for lay in layouts]
     import cupy as cp
     import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.bench.harness import Timer, bench_stream
     from marlin_cupy.records import environment
-    module = jit.load_module(source(), arch_suffix="a")
+    module = jit.load_module(source(a.m, variants), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     k, n, m = a.k, BN * sms, a.m
     smem = smem_bytes(m)
@@ -312,7 +355,9 @@ def main(argv=None) -> int:
     q = rs.randint(0, 16, size=(k, n), dtype=cp.uint8)
     scales = rs.uniform(1e-3, 1e-2, size=(k // 128, n)).astype(cp.float16)
     x = rs.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
-    words = pack(q, cp)
+    words = {"rows": pack(q, cp)}
+    if "tiled" in layouts:
+        words["tiled"] = tile_words(words["rows"], cp)
     ref = None
     if a.check:
         w = (q.astype(cp.float32) - 8) * cp.repeat(scales.astype(cp.float32), 128, axis=0)
@@ -320,15 +365,16 @@ def main(argv=None) -> int:
         del w
     del q
     runs, failed = [], False
-    for prod in producers:
-        name, threads = entry(m, prod), prod + 128
+    for prod, ahead, layout in variants:
+        name, threads = entry(m, prod, ahead, layout), prod + 128
         ker = module.get_function(name)
         ker.max_dynamic_shared_size_bytes = smem
         out = cp.full((m, n), cp.nan, dtype=cp.float16)
-        args = (x, words, scales, out, np.int32(n), np.int32(k))
+        args = (x, words[layout], scales, out, np.int32(n), np.int32(k))
         ker((sms,), (threads,), args, shared_mem=smem)
         cp.cuda.Device().synchronize()
-        run = {"entry": name, "producers": prod, "threads": threads,
+        run = {"entry": name, "producers": prod, "ahead": ahead, "layout": layout,
+               "threads": threads,
                "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes)}
         if ref is not None:
             err = float(cp.linalg.norm(out.astype(cp.float32) - ref) / cp.linalg.norm(ref))

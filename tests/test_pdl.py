@@ -83,6 +83,25 @@ def test_check_pdl():
             check_pdl(bad, "90")
 
 
+def test_pdl_padded_smem_leaves_no_room_for_one_more_cta():
+    """Padding keeps exactly per_sm CTAs resident (by shared memory) and never shrinks smem."""
+    from marlin_cupy.ops import pdl_padded_smem
+    per_sm_bytes, reserved, optin = 233472, 1024, 232448        # H200
+    for smem in (1024, 40960, 62976, 75000, 110000, 160000, 232448):
+        for per_sm in (1, 2, 3):
+            if per_sm * (smem + reserved) > per_sm_bytes:
+                continue                                           # this many never fit
+            padded = pdl_padded_smem(smem, per_sm, per_sm_bytes, reserved, optin)
+            assert smem <= padded <= optin
+            fits = per_sm_bytes // (padded + reserved)
+            assert fits == per_sm, (smem, per_sm, padded)
+    # 28672x8192 at M = 16: 62976 bytes, two CTAs per SM; unpadded a third fits
+    assert per_sm_bytes // (62976 + reserved) == 3
+    assert pdl_padded_smem(62976, 2, per_sm_bytes, reserved, optin) == 115712
+    with pytest.raises(ValueError, match="per_sm=0"):
+        pdl_padded_smem(1024, 0, per_sm_bytes, reserved, optin)
+
+
 @pytest.fixture
 def driver_libraries(monkeypatch):
     """Point ``pdl._driver`` at other libraries; its cached lookup is dropped before and after."""

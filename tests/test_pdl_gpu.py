@@ -54,6 +54,24 @@ def test_same_as_plain_launch(name, sym):
         assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_padded_launch_keeps_blocks_per_sm(name):
+    """A pdl=True plan asks for padded shared memory: the occupancy calculator then gives
+    exactly the CTAs per SM the plain plan runs, so no waiting CTA fits beside them."""
+    from cupy_backends.cuda.api import driver
+    from marlin_cupy import ops
+    cfg = KernelConfig.from_name(name)
+    _need_pdl(cfg)
+    m, k, n = min(cfg.max_m or 64, 64), 16 * cfg.tile_k, 8 * cfg.tile_n
+    group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+    plain = ops.plan(m, n, k, group, config=cfg)
+    padded = ops.plan(m, n, k, group, config=cfg, pdl=True)
+    assert padded.smem >= plain.smem and padded.grid == plain.grid
+    per_sm = min(cfg.blocks_per_sm, ops.resident_ctas(cfg, pdl=True))
+    assert driver.occupancyMaxActiveBlocksPerMultiprocessor(
+        padded.kernel.kernel.ptr, cfg.threads, padded.smem) == per_sm
+
+
 @pytest.mark.parametrize("m", [1, 16, 64, 200])
 def test_dependent_chain(m):
     """y_{i+1} = y_i @ W_i over 12 square layers, default dispatch, with and without PDL."""

@@ -128,3 +128,21 @@ def test_ss_probe_packing_puts_k_in_order_after_the_dequantization():
         for n in range(3):
             nib = [(int(words[j, n]) >> (4 * i)) & 15 for i in range(8)]
             assert [nib[i] for pair in pairs for i in pair] == list(q[8 * j:8 * j + 8, n])
+
+
+def test_ss_probe_tiled_layout_puts_a_columns_stage_in_32_contiguous_bytes():
+    """tile_words: word (8 kt + j, n) of the row layout sits at flat index
+    ((n // 256 * K/64 + kt) * 256 + n % 256) * 8 + j, which is what load_words<TILED> reads."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import numpy as np
+    import ss_probe
+    k8, n = 3 * 8, 2 * ss_probe.BN
+    words = np.arange(k8 * n, dtype=np.uint32).reshape(k8, n)
+    flat = ss_probe.tile_words(words, np)
+    kt_count = k8 // 8
+    for kt in range(kt_count):
+        for col in (0, 1, 255, 256, 511):
+            for j in range(8):
+                idx = ((col // ss_probe.BN * kt_count + kt) * ss_probe.BN + col % ss_probe.BN) * 8 + j
+                assert flat[idx] == words[8 * kt + j, col]
+    assert sorted(flat.tolist()) == list(range(k8 * n))
