@@ -9,6 +9,12 @@ the ``--top`` fastest configs that the shipped tuned table measured for that lay
 serial reduction and with ``parallel_reduce=True`` (a table entry may be either). The two must agree in value: they
 add the same partials in the same order (a mismatch is recorded and counted). Timing is the
 tuner's method (``bench.harness.Timer``, weights rotated past the L2).
+
+With ``--fp16``, each config also runs with FP16 partial sums (``fp32_reduce=False``: the
+serial reduction in the output itself, as the original design does). Its rows add
+``fp16_us`` and how far its output is from the FP32 reduction's: ``fp16_rel_l2`` (relative
+L2 norm of the difference) and ``fp16_max_ulp`` (largest difference in units of the FP32
+result's fp16 spacing), so the time it saves can be weighed against the accuracy it costs.
 """
 from __future__ import annotations
 
@@ -39,6 +45,8 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="8,16,32,64,128")
     p.add_argument("--top", type=int, default=4)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--fp16", action="store_true",
+                   help="also time each config with FP16 partial sums and record its deviation")
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
     facts = ops.device_facts()
@@ -51,8 +59,10 @@ def main(argv=None) -> int:
                 for c in probe_configs(facts["name"], m, n, k, a.group_size, a.top)
                 if c.fp32_reduce))
             for (k, n) in shapes for m in ms}
-    kernels.warm_instantiated(os.cpu_count() or 4,
-                              {c for ps in plan.values() for pair in ps for c in pair})
+    warm = {c for ps in plan.values() for pair in ps for c in pair}
+    if a.fp16:
+        warm |= {s.with_(fp32_reduce=False) for ps in plan.values() for s, _ in ps}
+    kernels.warm_instantiated(os.cpu_count() or 4, warm)
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
     with bench_stream() as stream:
@@ -73,10 +83,30 @@ def main(argv=None) -> int:
                     print(f"{k}x{n} m={m} {serial.name}: ERROR {e!r}", flush=True)
                     continue
                 mismatches += not same
-                rows.append(dict(row, serial_us=ts, parallel_us=tp, equal=same,
-                                 dispatch=serial == ops.plan(m, n, k, a.group_size).config))
+                row.update(serial_us=ts, parallel_us=tp, equal=same,
+                           dispatch=serial == ops.plan(m, n, k, a.group_size).config)
+                extra = ""
+                if a.fp16:
+                    half = serial.with_(fp32_reduce=False)
+                    try:
+                        ref = ops.matmul(x, mws[0], config=serial).astype(cp.float32)
+                        got = ops.matmul(x, mws[0], config=half).astype(cp.float32)
+                        th = timer.measure(lambda i: ops.matmul(x, mws[i], config=half),
+                                           copies).stats.median_us
+                    except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                        row["fp16_error"] = repr(e)
+                    else:
+                        diff = cp.abs(got - ref)
+                        # fp16 spacing at each FP32-reduced value (subnormals: 2^-24)
+                        ulp = cp.maximum(cp.abs(ref), 2.0 ** -14) * 2.0 ** -10
+                        row.update(fp16_us=th,
+                                   fp16_rel_l2=float(cp.linalg.norm(diff) / cp.linalg.norm(ref)),
+                                   fp16_max_ulp=float(cp.max(diff / ulp)))
+                        extra = (f", fp16 {th:.1f} us (rel L2 {row['fp16_rel_l2']:.1e}, max "
+                                 f"{row['fp16_max_ulp']:.1f} ulp)")
+                rows.append(row)
                 print(f"{k}x{n} m={m} {serial.name}: serial {ts:.1f} us, parallel {tp:.1f} us"
-                      f"{'' if same else '  MISMATCH'}", flush=True)
+                      f"{extra}{'' if same else '  MISMATCH'}", flush=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "reduce_probe", "sets": a.sets, "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,
