@@ -21,7 +21,7 @@
 //   2  no dequantization: the MMAs run on the raw weight words
 //   3  no MMA: dequantize and scale, then discard the fragments
 //   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
-//      past the locks the launch uses, at locks[gridDim.x + 8 * blockIdx.x ...] (see stamp())
+//      past the locks the launch uses, at locks[gridDim.x + 16 * blockIdx.x ...] (see stamp())
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -525,8 +525,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   //   0 kernel entry           1 setup done, prologue copies start   2 prologue copies issued
   //   3 first unit landed      4 last column's epilogue begins       5 its in-CTA reduction done
   //   6 exit
-  // written as locks[gridDim.x + 8 * blockIdx.x + i], the SM id at + 7. (The members exist only
-  // in that build, so every other build's code is untouched.)
+  // and, only where the last column is split between CTAs:
+  //   7 the wait for the column's other CTAs is over (serial chain: its turn came; parallel:
+  //     it counted in, or, sharing the sum, every partial is in)
+  //   8 its adds and stores for the column are done (before the lock's release)
+  // written as locks[gridDim.x + 16 * blockIdx.x + i], the SM id at + 15. (The members exist
+  // only in that build, so every other build's code is untouched.)
 #if MARLIN_PROBE == 4
   bool stamp_last = false;
 #endif
@@ -536,8 +540,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     if (threadIdx.x == 0) {
       unsigned g;
       asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
-      locks[gridDim.x + 8 * blockIdx.x + i] = static_cast<int>(g);
+      locks[gridDim.x + 16 * blockIdx.x + i] = static_cast<int>(g);
     }
+#endif
+  }
+  // Points 7 and 8 of the last column (stamp_last_column has run); no-ops on other columns.
+  __device__ __forceinline__ void stamp_if_last(int i) {
+#if MARLIN_PROBE == 4
+    if (stamp_last) stamp(i);
 #endif
   }
   // Point 4, and from then on point 5 is the one after the in-CTA reduction.
@@ -557,7 +567,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     if (threadIdx.x == 0) {
       unsigned smid;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-      locks[gridDim.x + 8 * blockIdx.x + 7] = static_cast<int>(smid);
+      locks[gridDim.x + 16 * blockIdx.x + 15] = static_cast<int>(smid);
     }
 #endif
   }
@@ -1299,9 +1309,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       }
     }
     __syncthreads();
+    stamp(7);
     coop_sum<NF>(col % parallel, col / parallel, top, bottom,
                  static_cast<int>(blockIdx.x) - top, waiters);
     __syncthreads();
+    stamp(8);
     if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
   }
 
@@ -1324,7 +1336,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
     if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
-    if (__syncthreads_or(last)) sum_column(acc, slab, n_tile, top, bottom);
+    const bool sums = __syncthreads_or(last);
+    stamp_if_last(7);
+    if (sums) sum_column(acc, slab, n_tile, top, bottom);
+    stamp_if_last(8);
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -1368,6 +1383,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       }
     }
     __syncthreads();
+    stamp_if_last(7);
     if (kw == 0) {
       if constexpr (SWAP > 0) {
         if (idx > 0) add_partial_sw(acc, slab, n_tile, top);
@@ -1381,6 +1397,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     }
     // Published as above: the barrier, then thread 0's release.
     __syncthreads();
+    stamp_if_last(8);
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
   }
 

@@ -333,7 +333,7 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     is_torch = type(x).__module__.startswith("torch")
     if stream is None and is_torch:
         import torch
-        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        stream = cupy_stream_of(torch.cuda.current_stream(), cp)
     x_cp = _as_cupy(x, "x")
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
@@ -382,6 +382,17 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
     return _like_input(out if out is not None else out_cp, is_torch)
+
+
+def cupy_stream_of(torch_stream, cp=None):
+    """A CuPy stream for a torch (or other foreign) CUDA stream: through the CUDA stream
+    protocol (``cupy.cuda.Stream.from_external``, CuPy 14+) when both sides have it, else
+    ``cupy.cuda.ExternalStream`` on its handle (deprecated in CuPy 14, the only way in 13)."""
+    cp = cp if cp is not None else _cupy()
+    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    if from_external is not None and hasattr(torch_stream, "__cuda_stream__"):
+        return from_external(torch_stream)
+    return cp.cuda.ExternalStream(torch_stream.cuda_stream)
 
 
 def _like_input(result, is_torch):

@@ -8,6 +8,7 @@ import json, sys, time
 import numpy as np
 import cupy as cp
 import marlin_cupy as mc
+from marlin_cupy import ops
 from marlin_cupy.config import KernelConfig, choose_config
 
 def main():
@@ -66,7 +67,7 @@ def main():
             for m in (1, 16, 32, 64, 128):
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16)); xt = torch.from_dlpack(x)
                 t_cub, g1 = gpu_times(lambda i: cp.matmul(x, wf[i % nf]))
-                with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                with ops.cupy_stream_of(torch.cuda.current_stream(), cp):
                     t_tor, g2 = gpu_times(lambda i: torch.matmul(xt, wt[i % nf]))
                 best = min(t_cub, t_tor)
                 mb = min(4, -(-m // 16))

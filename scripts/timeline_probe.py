@@ -16,7 +16,12 @@ over the CTAs that had work, and its maximum (``_max``):
 - ``first_wait``: from then until the first unit has landed;
 - ``stream``: first unit landed to the last column's epilogue;
 - ``cta_reduce``: the last column's reduction inside the CTA;
-- ``cross``: from then to exit (scales, the cross-CTA reduction, the output);
+- ``cross``: from then to exit (scales, the cross-CTA reduction, the output). Over the CTAs
+  whose last column is split with others (``split_ctas`` of them) it is cut in three:
+  ``cross_wait`` (to the end of the wait for the column's other CTAs: its turn in the serial
+  chain, or every partial in when the CTAs share the sum; for the last arriver without
+  sharing, its own partial's store and count-in), ``cross_sum`` (its adds and stores for the
+  column) and ``cross_end`` (the release and exit);
 - ``start_skew``: the last CTA's start after the first's;
 - ``span``: first CTA start to last CTA exit, against ``event_us`` of the same launch: the
   difference is launch and teardown outside any CTA; ``imbalance`` is the span beyond the
@@ -51,31 +56,44 @@ PROBE = "#define MARLIN_PROBE 4\n"
 
 
 PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
+#: ``cross`` of the CTAs whose last column is split, cut at points 7 and 8 (see stamp()).
+CROSS_PARTS = ("cross_wait", "cross_sum", "cross_end")
+#: Ints per CTA that the probe build writes past the locks: points 0..8, the SM id at 15.
+STRIDE = 16
+POINTS = 9
 
 
 def summarize(stamps: np.ndarray, event_us: float) -> dict:
-    """``stamps``: int32 [grid, 8] as written by write_stamps (points 0..6, then the SM id)."""
-    g = stamps[:, :7].astype(np.int64) & 0xFFFFFFFF
-    busy = g[:, 3] != 0
-    base = g[:, 0].min()
-    rel = (g - base) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
+    """``stamps``: int32 [grid, STRIDE] as the probe build writes them (points 0..8, the SM id
+    at 15; a point never reached is 0)."""
+    raw = stamps[:, :POINTS].astype(np.int64) & 0xFFFFFFFF
+    busy = raw[:, 3] != 0
+    base = raw[:, 0].min()
+    rel = (raw - base) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
     b = rel[busy]
-    out = {"ctas": int(len(g)), "busy_ctas": int(busy.sum()),
+    out = {"ctas": int(len(raw)), "busy_ctas": int(busy.sum()),
            "start_skew": float(rel[:, 0].max()), "span": float(b[:, 6].max()),
            "event_us": event_us}
     for i, name in enumerate(PARTS):
         d = b[:, i + 1] - b[:, i]
         out[name], out[name + "_max"] = float(np.median(d)), float(d.max())
     out["imbalance"] = out["span"] - sum(out[name] for name in PARTS)
+    split = (raw[busy][:, 7] != 0) & (raw[busy][:, 8] != 0)
+    out["split_ctas"] = int(split.sum())
+    sp = b[split]
+    for name, (lo, hi) in zip(CROSS_PARTS, ((5, 7), (7, 8), (8, 6))):
+        d = sp[:, hi] - sp[:, lo]
+        out[name], out[name + "_max"] = ((float(np.median(d)), float(d.max())) if len(d)
+                                         else (0.0, 0.0))
     return out
 
 
 def relative(stamps: np.ndarray) -> tuple:
-    """Per busy CTA: its seven points in ns after the launch's first CTA entry, and its SM."""
+    """Per busy CTA: its points 0..6 in ns after the launch's first CTA entry, and its SM."""
     g = stamps[:, :7].astype(np.int64) & 0xFFFFFFFF
     busy = g[:, 3] != 0
     rel = (g - g[:, 0].min()) % (1 << 32)
-    return rel[busy], stamps[busy, 7].astype(np.int64)
+    return rel[busy], stamps[busy, STRIDE - 1].astype(np.int64)
 
 
 def slow_sm_consistency(launches) -> float:
@@ -124,7 +142,8 @@ def main(argv=None) -> int:
             cfg = plan.config
             t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
             with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=PROBE)):
-                locks, _ = ops.workspace(stream).get(9 * plan.grid, plan.scratch_floats)
+                locks, _ = ops.workspace(stream).get((STRIDE + 1) * plan.grid,
+                                                     plan.scratch_floats)
                 per, raw = [], []
                 for i in range(a.launches):
                     locks[plan.grid:].fill(0)
@@ -133,7 +152,8 @@ def main(argv=None) -> int:
                     ops.matmul(x, mws[i % copies])
                     ev1.record(stream)
                     ev1.synchronize()
-                    st = cp.asnumpy(locks[plan.grid:9 * plan.grid]).reshape(plan.grid, 8)
+                    st = cp.asnumpy(locks[plan.grid:(STRIDE + 1) * plan.grid]).reshape(
+                        plan.grid, STRIDE)
                     per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
                     raw.append(relative(st))
             row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
@@ -149,8 +169,11 @@ def main(argv=None) -> int:
                   f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
                               for p in PARTS)
-                  + f", imbalance {row['imbalance'] / 1e3:.2f}, slow-SM rank correlation "
-                  f"{row['slow_sm_consistency']:.2f}", flush=True)
+                  + f", imbalance {row['imbalance'] / 1e3:.2f}; {row['split_ctas']:.0f} CTAs "
+                  f"end in a split column: "
+                  + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
+                              for p in CROSS_PARTS)
+                  + f"; slow-SM rank correlation {row['slow_sm_consistency']:.2f}", flush=True)
     write(a.out, rows)
     return 0
 

@@ -280,11 +280,17 @@ class TestInterop:
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
 
 
+@pytest.fixture(scope="module")
+def small_weight():
+    """One 256 x 128 weight shared by the bad-input tests (packed once per module)."""
+    rng = np.random.default_rng(16)
+    return mc.pack(make_weight(rng, 256, 128, 128)).to_device()
+
+
 class TestBadInputs:
-    @pytest.fixture(scope="class")
-    def mw(self):
-        rng = np.random.default_rng(16)
-        return mc.pack(make_weight(rng, 256, 128, 128)).to_device()
+    @pytest.fixture
+    def mw(self, small_weight):
+        return small_weight
 
     def test_wrong_dtype(self, mw):
         with pytest.raises(ValueError, match="float16"):

@@ -127,3 +127,4 @@ def test_driver_without_the_entry_point_is_a_clear_error(driver_libraries):
     driver_libraries(libc)
     with pytest.raises(RuntimeError, match="no cuLaunchKernelEx"):
         pdl._driver()
+

@@ -40,7 +40,7 @@ def test_timeline_summary_parts_and_wraparound():
     t0 = (1 << 32) - 500                      # %globaltimer_lo wraps inside this launch
     pts = np.array([[0, 100, 300, 1500, 8000, 8500, 9500],
                     [50, 150, 400, 1600, 8500, 8900, 10000]], dtype=np.int64) + t0
-    st = np.zeros((3, 8), dtype=np.int64)
+    st = np.zeros((3, tp.STRIDE), dtype=np.int64)
     st[:2, :7] = pts % (1 << 32)
     st[2, 0] = (t0 + 20) % (1 << 32)          # a CTA without work: entry only
     s = tp.summarize(st.astype(np.uint32).view(np.int32), 12.0)
@@ -48,6 +48,16 @@ def test_timeline_summary_parts_and_wraparound():
     assert (s["setup"], s["issue"], s["first_wait"]) == (100, 225, 1200)
     assert (s["stream"], s["cta_reduce"], s["cross"]) == (6700, 450, 1050)
     assert s["stream_max"] == 6900 and s["imbalance"] == 10000 - 9725
+    # No CTA ended in a split column (points 7 and 8 never written): no cross split.
+    assert s["split_ctas"] == 0
+    assert all(s[p] == 0.0 and s[p + "_max"] == 0.0 for p in tp.CROSS_PARTS)
+    # Now the first CTA's last column is split: it waited 300 ns after its in-CTA reduction
+    # (point 7 at 8800), added until 9400 (point 8) and exited at 9500.
+    st[0, 7], st[0, 8] = (t0 + 8800) % (1 << 32), (t0 + 9400) % (1 << 32)
+    s = tp.summarize(st.astype(np.uint32).view(np.int32), 12.0)
+    assert s["split_ctas"] == 1
+    assert (s["cross_wait"], s["cross_sum"], s["cross_end"]) == (300, 600, 100)
+    assert s["cross_sum_max"] == 600 and s["cross"] == 1050   # over every busy CTA, as before
 
 
 def test_timeline_slow_sm_consistency():
@@ -72,12 +82,12 @@ def test_timeline_slow_sm_consistency():
     # One launch, or one SM in common: no answer.
     assert np.isnan(tp.slow_sm_consistency(same[:1]))
     assert np.isnan(tp.slow_sm_consistency([launch(fixed, [0]), launch(fixed, [0, 1])]))
-    # relative(): busy CTAs only, times after the first entry, SM ids from column 7.
-    st = np.zeros((3, 8), dtype=np.int64)
+    # relative(): busy CTAs only, times after the first entry, SM ids from the last column.
+    st = np.zeros((3, tp.STRIDE), dtype=np.int64)
     st[0, :7] = [10, 20, 30, 40, 50, 60, 70]
     st[1, :7] = [15, 25, 35, 45, 55, 65, 75]
     st[2, 0] = 12                              # no work
-    st[:, 7] = [5, 9, 7]
+    st[:, tp.STRIDE - 1] = [5, 9, 7]
     rel, sm = tp.relative(st.astype(np.int32))
     assert rel.tolist() == [[0, 10, 20, 30, 40, 50, 60], [5, 15, 25, 35, 45, 55, 65]]
     assert sm.tolist() == [5, 9]
