@@ -22,6 +22,7 @@
 //   3  no MMA: dequantize and scale, then discard the fragments
 //   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
 //      past the locks the launch uses, at locks[gridDim.x + 16 * blockIdx.x ...] (see stamp())
+//   5  timeline as 4, without the stores of the output C (its cost: timeline_probe --no-store)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -531,12 +532,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   //   8 its adds and stores for the column are done (before the lock's release)
   // written as locks[gridDim.x + 16 * blockIdx.x + i], the SM id at + 15. (The members exist
   // only in that build, so every other build's code is untouched.)
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
   bool stamp_last = false;
 #endif
   // Thread 0 stores each point as it passes it: nothing is held in registers.
   __device__ __forceinline__ void stamp(int i) {
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
     if (threadIdx.x == 0) {
       unsigned g;
       asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
@@ -546,24 +547,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   }
   // Points 7 and 8 of the last column (stamp_last_column has run); no-ops on other columns.
   __device__ __forceinline__ void stamp_if_last(int i) {
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
     if (stamp_last) stamp(i);
 #endif
   }
   // Point 4, and from then on point 5 is the one after the in-CTA reduction.
   __device__ __forceinline__ void stamp_last_column() {
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
     stamp(4);
     stamp_last = true;
 #endif
   }
   __device__ __forceinline__ void stamp_reduced() {
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
     if (stamp_last) stamp(5);
 #endif
   }
   __device__ __forceinline__ void stamp_smid() {
-#if MARLIN_PROBE == 4
+#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
     if (threadIdx.x == 0) {
       unsigned smid;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
@@ -1063,6 +1064,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   __device__ __forceinline__ void store_result_sw(const FragC (&acc)[WARP_TILES][SW], int slab,
                                                   int n_tile) {
+    if constexpr (MARLIN_PROBE == 5) return;
     for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
       __stcg(c, __half_as_ushort(__float2half_rn(acc[j][h][i])));
     });
@@ -1144,6 +1146,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   __device__ __forceinline__ void store_result(const FragC (&acc)[WM][8], int slab,
                                                int n_tile) {
+    if constexpr (MARLIN_PROBE == 5) return;
 #pragma unroll
     for (int mb = 0; mb < WM; mb++)
 #pragma unroll
@@ -1279,7 +1282,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         for (int i = 0; i < 4; i++) {
           int row, col;
           frag_elem(slab, n_tile, w, f, l, i, row, col);
-          if (row < prob_m)
+          if (row < prob_m && MARLIN_PROBE != 5)
             __stcg(c + static_cast<size_t>(row) * prob_n + col,
                    __half_as_ushort(__float2half_rn(x[i])));
         }

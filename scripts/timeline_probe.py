@@ -30,6 +30,9 @@ over the CTAs that had work, and its maximum (``_max``):
   correlation of per-SM stream times between launches; ``slow_sm_consistency()``). With
   ``--raw`` every launch's per-CTA points and SM ids are kept as well.
 
+With ``--no-store`` the probe build also skips every store of the output C (``MARLIN_PROBE 5``;
+its output is garbage): against a run without it, what writing C costs in each part.
+
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.
 """
@@ -53,6 +56,7 @@ from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 
 PROBE = "#define MARLIN_PROBE 4\n"
+PROBE_NO_STORE = "#define MARLIN_PROBE 5\n"
 
 
 PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
@@ -123,14 +127,17 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,16,64")
     p.add_argument("--launches", type=int, default=7)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--no-store", action="store_true",
+                   help="probe build without the stores of C (MARLIN_PROBE 5)")
     p.add_argument("--raw", action="store_true",
                    help="also keep every launch's per-CTA points (ns after the first entry) "
                         "and SM ids in the JSON")
     a = p.parse_args(argv)
+    probe = PROBE_NO_STORE if a.no_store else PROBE
     ms = [int(v) for v in a.m.split(",")]
     shapes = set_shapes(a.sets)
     cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
-    jit.warm_cache([(PROBE + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
+    jit.warm_cache([(probe + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
     rng = np.random.default_rng(0)
     rows = []
     with bench_stream() as stream:
@@ -141,7 +148,7 @@ def main(argv=None) -> int:
             plan = ops.plan(m, n, k, a.group_size)
             cfg = plan.config
             t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
-            with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=PROBE)):
+            with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=probe)):
                 locks, _ = ops.workspace(stream).get((STRIDE + 1) * plan.grid,
                                                      plan.scratch_floats)
                 per, raw = [], []
@@ -164,7 +171,7 @@ def main(argv=None) -> int:
             if a.raw:
                 row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
             rows.append(row)
-            write(a.out, rows)      # after every row: a run cut short keeps what it measured
+            write(a.out, rows, a.no_store)      # after every row: a run cut short keeps what it measured
             print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
                   f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
@@ -174,14 +181,14 @@ def main(argv=None) -> int:
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
                               for p in CROSS_PARTS)
                   + f"; slow-SM rank correlation {row['slow_sm_consistency']:.2f}", flush=True)
-    write(a.out, rows)
+    write(a.out, rows, a.no_store)
     return 0
 
 
-def write(path, rows):
+def write(path, rows, no_store=False):
     with open(path, "w") as f:
-        json.dump({"kind": "timeline_probe", "environment": environment(), "rows": rows}, f,
-                  indent=1)
+        json.dump({"kind": "timeline_probe", "environment": environment(),
+                   "stores_c": not no_store, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
