@@ -22,7 +22,9 @@
 //   3  no MMA: dequantize and scale, then discard the fragments
 //   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
 //      past the locks the launch uses, at locks[gridDim.x + 16 * blockIdx.x ...] (see stamp())
-//   5  timeline as 4, without the stores of the output C (its cost: timeline_probe --no-store)
+//   5  timeline as 4, without the stores of the output C: each value is computed as usual
+//      and handed to an empty asm instead (probe_sink), so only the stores themselves go
+//      (their cost: timeline_probe --no-store)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -43,6 +45,17 @@
 // 1 (the default) applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs).
 #ifndef MARLIN_DESC_ADD
 #define MARLIN_DESC_ADD 1
+#endif
+
+// The last column's output from the swapped wgmma layouts (swap_ab >= 2), written through
+// shared memory (benchmarks/NOTES.md entry 34, next lever 1): each warp stmatrix.trans-es its
+// fp16 results into the then idle pipeline stages, rows of C contiguous, then writes them 16
+// bytes at a time (a 128-row tile: 16 stores per thread instead of 128 two-byte ones, whole
+// sectors instead of halves). Used where the final tile is written at the end of a stripe: the
+// serial chain's last CTA and a column a CTA holds whole at its stripe's end. 0 (the default
+// while it is unmeasured): every store straight from the fragments, two bytes at a time.
+#ifndef MARLIN_EPI_STAGE
+#define MARLIN_EPI_STAGE 0
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
@@ -1064,9 +1077,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   __device__ __forceinline__ void store_result_sw(const FragC (&acc)[WARP_TILES][SW], int slab,
                                                   int n_tile) {
-    if constexpr (MARLIN_PROBE == 5) return;
     for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
-      __stcg(c, __half_as_ushort(__float2half_rn(acc[j][h][i])));
+      store_c(c, __half_as_ushort(__float2half_rn(acc[j][h][i])));
     });
   }
 
@@ -1074,6 +1086,61 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
                                                    int n_tile, int slot) {
     if constexpr (FP32_REDUCE) store_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     else store_result_sw(acc, slab, n_tile);
+  }
+
+  // ---- MARLIN_EPI_STAGE: the swapped layout's final tile through shared memory.
+  // A warp's strip of the tile is TILE_M rows of C x WARP_COLS columns: EPI_CPR 16-byte chunks
+  // per row, chunk (r, q) at linear index l = r * EPI_CPR + q of the warp's region, its
+  // position within each 128-byte line XOR-ed with the line's index (epi_chunk). Fragment
+  // (j, h) holds, for i / 2 = hi, the 8 x 8 block of rows 8h.. of C and columns 16j + 8hi.. of
+  // the strip, transposed (lane: column lane / 4, rows 2 (lane % 4) + {0, 1}), which is the
+  // fragment stmatrix.trans expects; so chunk q = 2j + hi of rows 8h..8h+7. The 8 rows of one
+  // such block land on 8 different chunk positions (for 2, 4 or 8 chunks per row), and a
+  // warp's 32 consecutive chunks on 4 whole lines: no bank conflicts either way
+  // (tests/test_epilogue_layout.py checks both on a model of the instructions).
+  static constexpr int EPI_CPR = WARP_COLS / 8;
+  static constexpr bool EPI_STAGE = MARLIN_EPI_STAGE && WGMMA && SWAP >= 2 && M_WARPS == 1 &&
+                                    TILE_M * TILE_N / 8 <= STAGES * (A_STAGE + B_STAGE);
+  static_assert(!EPI_STAGE || EPI_CPR == 2 || EPI_CPR == 4 || EPI_CPR == 8,
+                "the staged epilogue's swizzle is conflict-free for 16, 32 or 64 columns per warp");
+  static __device__ __forceinline__ int epi_chunk(int r, int q) {
+    const int l = r * EPI_CPR + q;
+    return (l & ~7) | ((l ^ (l >> 3)) & 7);
+  }
+
+  // Only at the end of the stripe, with every warp past its last wgmma (a barrier since), as
+  // the region is the pipeline's stages; called by the warps with kw == 0.
+  __device__ __forceinline__ void store_result_sw_staged(const FragC (&acc)[WARP_TILES][SW],
+                                                         int slab, int n_tile) {
+    int4* strip = sh_a + nw * (TILE_M * EPI_CPR);
+    const int mat = lane / 8, row_in = lane % 8;   // this lane addresses row row_in of matrix mat
+#pragma unroll
+    for (int j = 0; j < WARP_TILES; j++)
+#pragma unroll
+      for (int h0 = 0; h0 < SW; h0 += 2) {
+        // matrix m of the x4: fragment (j, h0 + m / 2), half hi = m % 2 of its elements
+        uint32_t r[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const int h = h0 + m / 2, hi = m % 2;
+          r[m] = as_u32(__floats2half2_rn(acc[j][h][2 * hi], acc[j][h][2 * hi + 1]));
+        }
+        const int row = 8 * (h0 + mat / 2) + row_in, q = 2 * j + mat % 2;
+        asm volatile(
+            "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+            ::"r"(smem_addr(strip + epi_chunk(row, q))), "r"(r[0]), "r"(r[1]), "r"(r[2]),
+              "r"(r[3]) : "memory");
+      }
+    __syncwarp();
+    unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N + nw * WARP_COLS;
+#pragma unroll 2
+    for (int l = lane; l < TILE_M * EPI_CPR; l += 32) {
+      const int row = l / EPI_CPR, q = l % EPI_CPR;
+      const int4 v = strip[epi_chunk(row, q)];
+      if (slab * TILE_M + row < prob_m)
+        store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(slab * TILE_M + row) * prob_n +
+                                        8 * q), v);
+    }
   }
 
   // Per-channel scales multiply the accumulators once per column, before any partial sum
@@ -1146,7 +1213,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   __device__ __forceinline__ void store_result(const FragC (&acc)[WM][8], int slab,
                                                int n_tile) {
-    if constexpr (MARLIN_PROBE == 5) return;
 #pragma unroll
     for (int mb = 0; mb < WM; mb++)
 #pragma unroll
@@ -1154,8 +1220,26 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
         for (int hi = 0; hi < 2; hi++)
           if (row_valid(slab, mb, hi))
-            __stcg(reinterpret_cast<unsigned*>(c_ptr(slab, n_tile, mb, nb, hi)),
-                   as_u32(__floats2half2_rn(acc[mb][nb][2 * hi], acc[mb][nb][2 * hi + 1])));
+            store_c(reinterpret_cast<unsigned*>(c_ptr(slab, n_tile, mb, nb, hi)),
+                    as_u32(__floats2half2_rn(acc[mb][nb][2 * hi], acc[mb][nb][2 * hi + 1])));
+  }
+
+  // Every store of the output C goes through here: in the MARLIN_PROBE 5 build the value is
+  // only kept alive (an empty asm that takes it), so the loads and adds that feed it stay.
+  template <typename T>
+  static __device__ __forceinline__ void store_c(T* dst, T v) {
+    if constexpr (MARLIN_PROBE == 5) {
+      asm volatile("" ::"r"(static_cast<unsigned>(v)));
+    } else {
+      __stcg(dst, v);
+    }
+  }
+  static __device__ __forceinline__ void store_c(int4* dst, int4 v) {
+    if constexpr (MARLIN_PROBE == 5) {
+      asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+    } else {
+      __stcg(dst, v);
+    }
   }
 
   // PAR_REDUCE: each CTA of a split column leaves its FP32 partial sums in a scratch slot of
@@ -1282,9 +1366,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         for (int i = 0; i < 4; i++) {
           int row, col;
           frag_elem(slab, n_tile, w, f, l, i, row, col);
-          if (row < prob_m && MARLIN_PROBE != 5)
-            __stcg(c + static_cast<size_t>(row) * prob_n + col,
-                   __half_as_ushort(__float2half_rn(x[i])));
+          if (row < prob_m)
+            store_c(c + static_cast<size_t>(row) * prob_n + col,
+                    __half_as_ushort(__float2half_rn(x[i])));
         }
       }
     }
@@ -1350,7 +1434,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // waits on work that comes late in another CTA's stripe. The order is fixed by the
   // partition, so results are bitwise reproducible. The last CTA writes C and re-arms the lock.
   template <typename Acc>   // FragC[WM][8], or FragC[WARP_TILES][SW] with swapped operands
-  __device__ __forceinline__ void finish_column(Acc& acc, const Cursor& c) {
+  __device__ __forceinline__ void finish_column(Acc& acc, const Cursor& c, bool last) {
     const int n_tile = c.n_tile;
     const int slab = c.slab;
     const int col = n_tile * parallel + slab;
@@ -1368,6 +1452,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     const int top = first / iters;                     // CTA holding the column's k = 0
     const int bottom = (first + k_tiles - 1) / iters;  // CTA holding its last k tile
     if (top == bottom) {
+      if constexpr (EPI_STAGE) {
+        if (last) {      // the stripe's end: the stages are idle once every warp is here
+          __syncthreads();
+          if (kw == 0) store_result_sw_staged(acc, slab, n_tile);
+          return;
+        }
+      }
       if (kw == 0) {
         if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
         else store_result(acc, slab, n_tile);
@@ -1390,8 +1481,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     if (kw == 0) {
       if constexpr (SWAP > 0) {
         if (idx > 0) add_partial_sw(acc, slab, n_tile, top);
-        if (idx == count - 1) store_result_sw(acc, slab, n_tile);
-        else store_partial_sw(acc, slab, n_tile, top);
+        // The last to add is the column's top CTA; the column goes on past its stripe (top !=
+        // bottom), so this is the stripe's end, and the barrier above follows every warp's
+        // last wgmma: the stages are idle.
+        if (idx == count - 1) {
+          if constexpr (EPI_STAGE) store_result_sw_staged(acc, slab, n_tile);
+          else store_result_sw(acc, slab, n_tile);
+        } else {
+          store_partial_sw(acc, slab, n_tile, top);
+        }
       } else {
         if (idx > 0) add_partial(acc, slab, n_tile, top);
         if (idx == count - 1) store_result(acc, slab, n_tile);
@@ -1515,8 +1613,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       }
       if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
         if (unit == unit_end - 1) stamp_last_column();
-        if constexpr (SWAP > 0) finish_column(acc_t, compute);
-        else finish_column(acc, compute);
+        if constexpr (SWAP > 0) finish_column(acc_t, compute, unit == unit_end - 1);
+        else finish_column(acc, compute, unit == unit_end - 1);
         zero_acc();
       }
       advance(compute);
@@ -1587,7 +1685,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
         for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
         if (unit == unit_end - 1) stamp_last_column();
-        finish_column(acc, compute);
+        finish_column(acc, compute, unit == unit_end - 1);
         zero_frags<WARP_TILES * SW>(&acc[0][0]);
         if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
       }

@@ -31,7 +31,10 @@ over the CTAs that had work, and its maximum (``_max``):
   ``--raw`` every launch's per-CTA points and SM ids are kept as well.
 
 With ``--no-store`` the probe build also skips every store of the output C (``MARLIN_PROBE 5``;
-its output is garbage): against a run without it, what writing C costs in each part.
+its output is garbage; each value is still computed and kept alive by an empty asm, so the
+loads and adds that feed it stay): against a run without it, what writing C costs in each
+part. (Until 2026-11-30, 497a70e, the build simply returned before the stores, and the
+compiler then dropped the last column's loads and adds as well.)
 
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.

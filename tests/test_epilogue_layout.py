@@ -1,0 +1,76 @@
+"""The staged epilogue of the swapped wgmma layouts (``MARLIN_EPI_STAGE``, cuda/marlin.cuh
+``store_result_sw_staged``), on a model of its instructions: the fragments, stmatrix.trans
+into the swizzled strip, and the 16-byte reads back, reproduce every element of the warp's
+strip of C, and neither the stores nor the reads hit a shared-memory bank twice in one phase.
+
+The model of ``stmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` (PTX ISA): register m of lane
+t holds elements (t // 4, 2 (t % 4)) and (t // 4, 2 (t % 4) + 1) of matrix m; with .trans,
+row c of matrix m is written, as column c of the fragment, at the address lane 8 m + c gives.
+The GPU tests compare the build's output with the direct stores bitwise
+(tests/test_kernel_gpu.py::test_staged_epilogue_matches).
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+
+def epi_chunk(r: int, q: int, cpr: int) -> int:
+    """cuda/marlin.cuh epi_chunk: chunk (row r, q) of a warp's strip, XOR-swizzled per line."""
+    lin = r * cpr + q
+    return (lin & ~7) | ((lin ^ (lin >> 3)) & 7)
+
+
+def fragment(strip, lane, j, h, i):
+    """for_each_swapped: element i of acc[j][h] of `lane` is strip row 8h + 2(lane%4) + i%2,
+    column 16j + lane/4 + 8(i/2)."""
+    return strip[8 * h + 2 * (lane % 4) + i % 2, 16 * j + lane // 4 + 8 * (i // 2)]
+
+
+# (columns per warp, swap_ab): every swapped wgmma warp (16, 32 or 64 columns; the kernel
+# static_asserts it). At 128 columns per warp the swizzle would leave 2-way conflicts.
+SHAPES = [(wc, sw) for wc in (16, 32, 64) for sw in (2, 4, 8, 16)]
+
+
+@pytest.mark.parametrize("warp_cols, sw", SHAPES)
+def test_staged_epilogue_reproduces_the_strip_without_bank_conflicts(warp_cols, sw):
+    tiles, rows, cpr = warp_cols // 16, 8 * sw, warp_cols // 8
+    strip = np.arange(rows * warp_cols, dtype=np.int64).reshape(rows, warp_cols)
+    smem = np.full((rows * cpr, 8), -1, dtype=np.int64)          # 16-byte chunks of 8 halves
+    for j, h0 in itertools.product(range(tiles), range(0, sw, 2)):
+        # the x4's registers: matrix m = fragment (j, h0 + m // 2), half hi = m % 2
+        mats = np.zeros((4, 8, 8), dtype=np.int64)
+        for m, lane, e in itertools.product(range(4), range(32), range(2)):
+            h, hi = h0 + m // 2, m % 2
+            mats[m, lane // 4, 2 * (lane % 4) + e] = fragment(strip, lane, j, h, 2 * hi + e)
+        addresses = {}
+        for lane in range(32):
+            m, c = lane // 8, lane % 8
+            row, q = 8 * (h0 + m // 2) + c, 2 * j + m % 2
+            addresses[lane] = epi_chunk(row, q, cpr)
+            smem[addresses[lane]] = mats[m, :, c]                 # .trans: column c
+        # one 8 x 8 matrix per phase: its 8 rows on 8 different 16-byte bank groups
+        for m in range(4):
+            groups = {addresses[8 * m + c] % 8 for c in range(8)}
+            assert len(groups) == 8, (warp_cols, sw, j, h0, m)
+    assert (smem >= 0).all(), "every chunk of the strip written"
+    # the read-back: lane l of pass p takes chunk l + 32 p, row (l + 32 p) // cpr
+    out = np.zeros_like(strip)
+    for p in range(rows * cpr // 32):
+        phys = []
+        for lane in range(32):
+            lin = lane + 32 * p
+            row, q = lin // cpr, lin % cpr
+            phys.append(epi_chunk(row, q, cpr))
+            out[row, 8 * q:8 * q + 8] = smem[phys[-1]]
+        for quarter in range(4):          # a 16-byte load is served 8 lanes at a time
+            assert len({a % 8 for a in phys[8 * quarter:8 * quarter + 8]}) == 8
+    np.testing.assert_array_equal(out, strip)
+
+
+def test_epi_chunk_is_a_bijection_within_each_line():
+    for cpr in (2, 4, 8):
+        chunks = [epi_chunk(r, q, cpr) for r in range(128) for q in range(cpr)]
+        assert sorted(chunks) == list(range(128 * cpr))
+        assert all(a // 8 == (r * cpr + q) // 8
+                   for a, (r, q) in zip(chunks, itertools.product(range(128), range(cpr))))
