@@ -52,8 +52,9 @@
 // fp16 results into the then idle pipeline stages, rows of C contiguous, then writes them 16
 // bytes at a time (a 128-row tile: 16 stores per thread instead of 128 two-byte ones, whole
 // sectors instead of halves). Used where the final tile is written at the end of a stripe: the
-// serial chain's last CTA and a column a CTA holds whole at its stripe's end. 0 (the default
-// while it is unmeasured): every store straight from the fragments, two bytes at a time.
+// serial chain's last CTA, a column a CTA holds whole at its stripe's end, and the CTAs that
+// share the sum of a split column (coop_sum_staged). 0 (the default while it is unmeasured):
+// every store straight from the fragments, two bytes at a time.
 #ifndef MARLIN_EPI_STAGE
 #define MARLIN_EPI_STAGE 0
 #endif
@@ -1374,6 +1375,80 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     }
   }
 
+  // MARLIN_EPI_STAGE with the shared sum (swapped wgmma tiles): the tile is cut into units of
+  // 16 rows (fragments h = 2p, 2p + 1) x one warp slot's columns, `waiters` contiguous ranges
+  // of units instead of ranges of elements, and each warp of a waiter sums whole units: every
+  // element from +0 in the order bottom..top, as coop_sum does (so the same bits), then
+  // stmatrix.trans into its own 16-row strip of the idle stages (the layout of
+  // store_result_sw_staged) and 16-byte stores of C.
+  template <int NF>
+  __device__ __forceinline__ void coop_sum_staged(int slab, int n_tile, int top, int bottom,
+                                                  int rank, int waiters) {
+    static_assert(NF == WARP_TILES * SW && SW % 2 == 0, "swapped fragments (j, h), h in pairs");
+    constexpr int PAIRS = SW / 2, UNITS = PAIRS * N_WARPS, AHEAD = 4;
+    constexpr size_t SLOT = TILE_M * TILE_N / 4;
+    const int u_begin = UNITS * rank / waiters, u_end = UNITS * (rank + 1) / waiters;
+    int4* strip = sh_a + warp * (16 * EPI_CPR);
+    const int mat = lane / 8, row_in = lane % 8;
+    unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
+    for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
+      const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
+      const float4* base = scratch + w * RED_WARP + lane;
+      float4 sum[WARP_TILES][2];
+#pragma unroll
+      for (int j = 0; j < WARP_TILES; j++)
+        sum[j][0] = sum[j][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
+        float4 v[AHEAD][WARP_TILES][2];
+#pragma unroll
+        for (int a = 0; a < AHEAD; a++)
+#pragma unroll
+          for (int j = 0; j < WARP_TILES; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+              if (c0 - a >= top)
+                v[a][j][hh] = __ldcg(base + partial_slot(c0 - a, top) * SLOT +
+                                     (j * SW + 2 * p + hh) * 32);
+#pragma unroll
+        for (int a = 0; a < AHEAD; a++)
+#pragma unroll
+          for (int j = 0; j < WARP_TILES; j++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+              if (c0 - a >= top) {
+                sum[j][hh].x += v[a][j][hh].x;
+                sum[j][hh].y += v[a][j][hh].y;
+                sum[j][hh].z += v[a][j][hh].z;
+                sum[j][hh].w += v[a][j][hh].w;
+              }
+      }
+#pragma unroll
+      for (int j = 0; j < WARP_TILES; j++) {
+        // matrix m: fragment h = 2p + m / 2, elements 2 (m % 2) and 2 (m % 2) + 1
+        const uint32_t r0 = as_u32(__floats2half2_rn(sum[j][0].x, sum[j][0].y));
+        const uint32_t r1 = as_u32(__floats2half2_rn(sum[j][0].z, sum[j][0].w));
+        const uint32_t r2 = as_u32(__floats2half2_rn(sum[j][1].x, sum[j][1].y));
+        const uint32_t r3 = as_u32(__floats2half2_rn(sum[j][1].z, sum[j][1].w));
+        const int row = 8 * (mat / 2) + row_in, q = 2 * j + mat % 2;
+        asm volatile(
+            "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+            ::"r"(smem_addr(strip + epi_chunk(row, q))), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+            : "memory");
+      }
+      __syncwarp();
+#pragma unroll
+      for (int l = lane; l < 16 * EPI_CPR; l += 32) {
+        const int row = l / EPI_CPR, q = l % EPI_CPR;
+        const int grow = slab * TILE_M + 16 * p + row;
+        const int4 val = strip[epi_chunk(row, q)];
+        if (grow < prob_m)
+          store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(grow) * prob_n +
+                                          w * WARP_COLS + 8 * q), val);
+      }
+      __syncwarp();   // the strip is read before the next unit writes it
+    }
+  }
+
   // Does the stripe of the CTA holding the bottom of the column starting at unit `first` end
   // exactly with the column? (Then that CTA ends its stripe there like the others.)
   __device__ __forceinline__ bool bottom_ends_column(int first, int bottom) const {
@@ -1397,8 +1472,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     }
     __syncthreads();
     stamp(7);
-    coop_sum<NF>(col % parallel, col / parallel, top, bottom,
-                 static_cast<int>(blockIdx.x) - top, waiters);
+    // After the main loop and this barrier the stages are idle: the staged sum may use them.
+    if constexpr (EPI_STAGE)
+      coop_sum_staged<NF>(col % parallel, col / parallel, top, bottom,
+                          static_cast<int>(blockIdx.x) - top, waiters);
+    else
+      coop_sum<NF>(col % parallel, col / parallel, top, bottom,
+                   static_cast<int>(blockIdx.x) - top, waiters);
     __syncthreads();
     stamp(8);
     if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;

@@ -1,7 +1,8 @@
 """The staged epilogue (``MARLIN_EPI_STAGE 1``, off by default) writes exactly what the direct
 stores write: bitwise equal outputs on every swapped wgmma config of the shipped tables, for
-the two places it is used (a column a CTA holds whole at the end of its stripe, and the serial
-chain's last CTA), with partial slabs, several slabs and zero points. Runs on sm_90 only.
+the three places it is used (a column a CTA holds whole at the end of its stripe, the serial
+chain's last CTA, and the CTAs that share the sum of a split column), with partial slabs,
+several slabs and zero points. Runs on sm_90 only.
 """
 import zlib
 
@@ -58,6 +59,8 @@ def test_staged_epilogue_matches(staged_builds, name):
         (8, 2, tile_m, 3, False),            # columns split: the serial chain's last CTA
         (8, 2, 2 * tile_m + 5, 5, False),    # several slabs, the last one partial
         (4, 3, tile_m - 1, None, True),      # the default grid
+        (16, 1, tile_m, 6, False),           # one column over 6 CTAs: up to 6 share the sum
+        (16, 1, 2 * tile_m + 5, 6, True),
     ]
     for kt, nt, m, ctas, zp in cases:
         k, n = kt * cfg.tile_k, nt * cfg.tile_n

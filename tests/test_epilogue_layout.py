@@ -74,3 +74,42 @@ def test_epi_chunk_is_a_bijection_within_each_line():
         assert sorted(chunks) == list(range(128 * cpr))
         assert all(a // 8 == (r * cpr + q) // 8
                    for a, (r, q) in zip(chunks, itertools.product(range(128), range(cpr))))
+
+
+def frag_elem(w, f, lane, i, sw, warp_cols):
+    """cuda/marlin.cuh frag_elem (swapped): the C position (row in the slab, column in the tile)
+    of component i of float4 f * 32 + lane of warp slot w in a scratch slot."""
+    j, h = f // sw, f % sw
+    return 8 * h + 2 * (lane % 4) + i % 2, w * warp_cols + 16 * j + lane // 4 + 8 * (i // 2)
+
+
+@pytest.mark.parametrize("sw, n_warps, warp_cols, warps, waiters",
+                         [(8, 8, 16, 8, 4), (16, 8, 16, 8, 6), (8, 8, 32, 8, 9), (16, 8, 32, 8, 3),
+                          (8, 4, 64, 4, 2), (16, 4, 32, 4, 1)])
+def test_shared_sum_units_cover_the_tile_once(sw, n_warps, warp_cols, warps, waiters):
+    """coop_sum_staged: units of 16 rows x one warp slot, split among the waiters and their
+    warps, write every element of the tile once, where coop_sum wrote it (frag_elem)."""
+    tiles, cpr = warp_cols // 16, warp_cols // 8
+    units = sw // 2 * n_warps
+    seen = {}
+    for rank in range(waiters):
+        u_begin, u_end = units * rank // waiters, units * (rank + 1) // waiters
+        for warp in range(warps):
+            for u in range(u_begin + warp, u_end, warps):
+                w, p = u % n_warps, u // n_warps
+                # the float4s this warp sums: fragment j * sw + 2p + hh, every lane
+                loaded = {}
+                for j, hh, lane, i in itertools.product(range(tiles), range(2), range(32),
+                                                        range(4)):
+                    f = j * sw + 2 * p + hh
+                    loaded[frag_elem(w, f, lane, i, sw, warp_cols)] = (w, f, lane, i)
+                # the strip's 16 x warp_cols elements, written at rows 16p.., columns w * wc..
+                for r, col in itertools.product(range(16), range(warp_cols)):
+                    pos = (16 * p + r, w * warp_cols + col)
+                    assert pos in loaded, pos          # its value was summed by this warp
+                    assert pos not in seen, pos
+                    seen[pos] = loaded[pos]
+                assert len(loaded) == 16 * warp_cols
+                assert all(16 * p <= r < 16 * p + 16 for r, _ in loaded)
+                assert 16 * cpr % 32 == 0      # the read-back: the same passes for every lane
+    assert len(seen) == 8 * sw * n_warps * warp_cols
