@@ -113,3 +113,35 @@ def test_shared_sum_units_cover_the_tile_once(sw, n_warps, warp_cols, warps, wai
                 assert all(16 * p <= r < 16 * p + 16 for r, _ in loaded)
                 assert 16 * cpr % 32 == 0      # the read-back: the same passes for every lane
     assert len(seen) == 8 * sw * n_warps * warp_cols
+
+
+@pytest.mark.parametrize("name, staged_sites", [
+    # serial chain's last CTA + a whole last column: 2 sites x 2 column tiles x 8 fragment pairs
+    ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg", 32),
+    # a whole last column (1 tile x 4 pairs) + the shared sum (1 per unit)
+    ("t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16", 5),
+])
+def test_the_switch_reaches_the_code(name, staged_sites):
+    """The GPU test compares the staged build with the shipped one; it could not fail if the
+    switch never reached the code. In the PTX, the staged build has exactly its stmatrix
+    stores and the shipped build none."""
+    pytest.importorskip("cupy", reason="NVRTC comes with CuPy")
+    from cupy.cuda import nvrtc
+    from marlin_cupy import jit, kernels
+    from marlin_cupy.config import KernelConfig
+    cfg = KernelConfig.from_name(name)
+
+    def ptx(prefix):
+        prog = nvrtc.createProgram(prefix + kernels.marlin_source(cfg), "k.cu", [], [])
+        try:
+            nvrtc.compileProgram(prog, list(jit.BASE_OPTIONS) + [
+                "-arch=compute_90a", f"-I{jit.cuda_include_dir()}",
+                "--device-as-default-execution-space"])
+            out = nvrtc.getPTX(prog)
+            return out.decode() if isinstance(out, bytes) else out
+        finally:
+            nvrtc.destroyProgram(prog)
+
+    assert ptx("").count("stmatrix") == 0
+    assert ptx("#define MARLIN_EPI_STAGE 1\n").count("stmatrix.sync.aligned.m8n8.x4.trans") \
+        == staged_sites
