@@ -148,6 +148,14 @@ __device__ __forceinline__ void ldmatrix_x4(FragA& a, const void* smem) {
                : "r"(smem_addr(smem)));
 }
 
+// Four 8 x 8 fp16 matrices in mma fragment layout, each stored transposed: row c of matrix m
+// at the address lane 8m + c gives (sm_90).
+__device__ __forceinline__ void stmatrix_x4_trans(void* smem, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(smem_addr(smem)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 __device__ __forceinline__ void mma_m16n8k16(const FragA& a, const FragB& b, FragC& c) {
   const uint32_t* bu = reinterpret_cast<const uint32_t*>(&b);
   asm volatile(
@@ -1109,39 +1117,46 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     return (l & ~7) | ((l ^ (l >> 3)) & 7);
   }
 
+  // Fragments (j, h) and (j, h + 1) of a warp, as fp16, into its strip: rows row0 (= 8h of
+  // the strip) .. row0 + 15, chunks 2j and 2j + 1. Matrix m of the x4 is fragment h + m / 2,
+  // elements 2 (m % 2) and 2 (m % 2) + 1.
+  __device__ __forceinline__ void stage_pair(int4* strip, int row0, int j, const FragC& f0,
+                                             const FragC& f1) const {
+    const int mat = lane / 8;   // this lane addresses row lane % 8 of matrix mat
+    const int row = row0 + 8 * (mat / 2) + lane % 8, q = 2 * j + mat % 2;
+    stmatrix_x4_trans(strip + epi_chunk(row, q), as_u32(__floats2half2_rn(f0[0], f0[1])),
+                      as_u32(__floats2half2_rn(f0[2], f0[3])),
+                      as_u32(__floats2half2_rn(f1[0], f1[1])),
+                      as_u32(__floats2half2_rn(f1[2], f1[3])));
+  }
+
+  // ROWS rows of a warp's strip (after a __syncwarp) to C rows row0.. (those below prob_m),
+  // 16 bytes at a time; `c` points at the strip's first column in row 0 of C.
+  template <int ROWS>
+  __device__ __forceinline__ void write_strip(const int4* strip, int row0,
+                                              unsigned short* c) const {
+#pragma unroll 2
+    for (int l = lane; l < ROWS * EPI_CPR; l += 32) {
+      const int row = l / EPI_CPR, q = l % EPI_CPR;
+      const int4 v = strip[epi_chunk(row, q)];
+      if (row0 + row < prob_m)
+        store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(row0 + row) * prob_n + 8 * q),
+                v);
+    }
+  }
+
   // Only at the end of the stripe, with every warp past its last wgmma (a barrier since), as
   // the region is the pipeline's stages; called by the warps with kw == 0.
   __device__ __forceinline__ void store_result_sw_staged(const FragC (&acc)[WARP_TILES][SW],
                                                          int slab, int n_tile) {
     int4* strip = sh_a + nw * (TILE_M * EPI_CPR);
-    const int mat = lane / 8, row_in = lane % 8;   // this lane addresses row row_in of matrix mat
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
-      for (int h0 = 0; h0 < SW; h0 += 2) {
-        // matrix m of the x4: fragment (j, h0 + m / 2), half hi = m % 2 of its elements
-        uint32_t r[4];
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-          const int h = h0 + m / 2, hi = m % 2;
-          r[m] = as_u32(__floats2half2_rn(acc[j][h][2 * hi], acc[j][h][2 * hi + 1]));
-        }
-        const int row = 8 * (h0 + mat / 2) + row_in, q = 2 * j + mat % 2;
-        asm volatile(
-            "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
-            ::"r"(smem_addr(strip + epi_chunk(row, q))), "r"(r[0]), "r"(r[1]), "r"(r[2]),
-              "r"(r[3]) : "memory");
-      }
+      for (int h0 = 0; h0 < SW; h0 += 2) stage_pair(strip, 8 * h0, j, acc[j][h0], acc[j][h0 + 1]);
     __syncwarp();
-    unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N + nw * WARP_COLS;
-#pragma unroll 2
-    for (int l = lane; l < TILE_M * EPI_CPR; l += 32) {
-      const int row = l / EPI_CPR, q = l % EPI_CPR;
-      const int4 v = strip[epi_chunk(row, q)];
-      if (slab * TILE_M + row < prob_m)
-        store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(slab * TILE_M + row) * prob_n +
-                                        8 * q), v);
-    }
+    write_strip<TILE_M>(strip, slab * TILE_M,
+                        reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N + nw * WARP_COLS);
   }
 
   // Per-channel scales multiply the accumulators once per column, before any partial sum
@@ -1389,15 +1404,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     constexpr size_t SLOT = TILE_M * TILE_N / 4;
     const int u_begin = UNITS * rank / waiters, u_end = UNITS * (rank + 1) / waiters;
     int4* strip = sh_a + warp * (16 * EPI_CPR);
-    const int mat = lane / 8, row_in = lane % 8;
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
       const float4* base = scratch + w * RED_WARP + lane;
-      float4 sum[WARP_TILES][2];
-#pragma unroll
-      for (int j = 0; j < WARP_TILES; j++)
-        sum[j][0] = sum[j][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      FragC sum[WARP_TILES][2];
+      zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
         float4 v[AHEAD][WARP_TILES][2];
 #pragma unroll
@@ -1416,35 +1428,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
               if (c0 - a >= top) {
-                sum[j][hh].x += v[a][j][hh].x;
-                sum[j][hh].y += v[a][j][hh].y;
-                sum[j][hh].z += v[a][j][hh].z;
-                sum[j][hh].w += v[a][j][hh].w;
+                sum[j][hh][0] += v[a][j][hh].x;
+                sum[j][hh][1] += v[a][j][hh].y;
+                sum[j][hh][2] += v[a][j][hh].z;
+                sum[j][hh][3] += v[a][j][hh].w;
               }
       }
 #pragma unroll
-      for (int j = 0; j < WARP_TILES; j++) {
-        // matrix m: fragment h = 2p + m / 2, elements 2 (m % 2) and 2 (m % 2) + 1
-        const uint32_t r0 = as_u32(__floats2half2_rn(sum[j][0].x, sum[j][0].y));
-        const uint32_t r1 = as_u32(__floats2half2_rn(sum[j][0].z, sum[j][0].w));
-        const uint32_t r2 = as_u32(__floats2half2_rn(sum[j][1].x, sum[j][1].y));
-        const uint32_t r3 = as_u32(__floats2half2_rn(sum[j][1].z, sum[j][1].w));
-        const int row = 8 * (mat / 2) + row_in, q = 2 * j + mat % 2;
-        asm volatile(
-            "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
-            ::"r"(smem_addr(strip + epi_chunk(row, q))), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-            : "memory");
-      }
+      for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, sum[j][0], sum[j][1]);
       __syncwarp();
-#pragma unroll
-      for (int l = lane; l < 16 * EPI_CPR; l += 32) {
-        const int row = l / EPI_CPR, q = l % EPI_CPR;
-        const int grow = slab * TILE_M + 16 * p + row;
-        const int4 val = strip[epi_chunk(row, q)];
-        if (grow < prob_m)
-          store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(grow) * prob_n +
-                                          w * WARP_COLS + 8 * q), val);
-      }
+      write_strip<16>(strip, slab * TILE_M + 16 * p, c + w * WARP_COLS);
       __syncwarp();   // the strip is read before the next unit writes it
     }
   }
