@@ -54,7 +54,9 @@
 // sectors instead of halves). Used where the final tile is written at the end of a stripe: the
 // serial chain's last CTA, a column a CTA holds whole at its stripe's end, and the CTAs that
 // share the sum of a split column (coop_sum_staged). 0 (the default while it is unmeasured):
-// every store straight from the fragments, two bytes at a time.
+// every store straight from the fragments, two bytes at a time. 1: staged in the instances
+// with more than 128 registers per thread (THREADS x MIN_BLOCKS <= 256); the 128-register
+// builds spill with it (tests/test_compile.py). 2: in those too (for A/B only).
 #ifndef MARLIN_EPI_STAGE
 #define MARLIN_EPI_STAGE 0
 #endif
@@ -451,7 +453,7 @@ template <> struct DescBase<true> { uint32_t a_desc_lo; };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0>
+          int WARP_N = 0, int MIN_BLOCKS = 1>
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
@@ -1109,9 +1111,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // (tests/test_epilogue_layout.py checks both on a model of the instructions).
   static constexpr int EPI_CPR = WARP_COLS / 8;
   static constexpr bool EPI_STAGE = MARLIN_EPI_STAGE && WGMMA && SWAP >= 2 && M_WARPS == 1 &&
-                                    TILE_M * TILE_N / 8 <= STAGES * (A_STAGE + B_STAGE);
+                                    TILE_M * TILE_N / 8 <= STAGES * (A_STAGE + B_STAGE) &&
+                                    (MARLIN_EPI_STAGE >= 2 || THREADS * MIN_BLOCKS <= 256);
   static_assert(!EPI_STAGE || EPI_CPR == 2 || EPI_CPR == 4 || EPI_CPR == 8,
                 "the staged epilogue's swizzle is conflict-free for 16, 32 or 64 columns per warp");
+  // The lane index through an asm the compiler cannot move: the epilogue's lane-dependent
+  // addresses are then computed where they are used, not hoisted out of the wgmma loop into
+  // registers it needs (the 128-register builds spilled in their K steps).
+  __device__ __forceinline__ int opaque_lane() const {
+    int ln;
+    asm volatile("mov.b32 %0, %1;" : "=r"(ln) : "r"(lane));
+    return ln;
+  }
   static __device__ __forceinline__ int epi_chunk(int r, int q) {
     const int l = r * EPI_CPR + q;
     return (l & ~7) | ((l ^ (l >> 3)) & 7);
@@ -1120,10 +1131,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // Fragments (j, h) and (j, h + 1) of a warp, as fp16, into its strip: rows row0 (= 8h of
   // the strip) .. row0 + 15, chunks 2j and 2j + 1. Matrix m of the x4 is fragment h + m / 2,
   // elements 2 (m % 2) and 2 (m % 2) + 1.
-  __device__ __forceinline__ void stage_pair(int4* strip, int row0, int j, const FragC& f0,
-                                             const FragC& f1) const {
-    const int mat = lane / 8;   // this lane addresses row lane % 8 of matrix mat
-    const int row = row0 + 8 * (mat / 2) + lane % 8, q = 2 * j + mat % 2;
+  // `ln` is the lane index from opaque_lane().
+  static __device__ __forceinline__ void stage_pair(int4* strip, int row0, int j, int ln,
+                                                    const FragC& f0, const FragC& f1) {
+    const int mat = ln / 8;   // this lane addresses row ln % 8 of matrix mat
+    const int row = row0 + 8 * (mat / 2) + ln % 8, q = 2 * j + mat % 2;
     stmatrix_x4_trans(strip + epi_chunk(row, q), as_u32(__floats2half2_rn(f0[0], f0[1])),
                       as_u32(__floats2half2_rn(f0[2], f0[3])),
                       as_u32(__floats2half2_rn(f1[0], f1[1])),
@@ -1131,17 +1143,26 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   }
 
   // ROWS rows of a warp's strip (after a __syncwarp) to C rows row0.. (those below prob_m),
-  // 16 bytes at a time; `c` points at the strip's first column in row 0 of C.
+  // 16 bytes at a time; `c` points at the strip's first column in row 0 of C. Step `it` of a
+  // lane moves chunk l = 32 it + lane: row RPI it + lane / EPI_CPR, chunk lane % EPI_CPR, at
+  // strip position 32 it + (epi_chunk(lane) ^ 4 (it % 2)) (the line index of l is 4 it +
+  // lane / 8). Fully unrolled, from a lane index the compiler cannot hoist: a rolled loop here
+  // moved the wgmma loop's descriptor arithmetic out of the uniform registers (nvcc 13, R2UR
+  // before every wgmma), and hoisted per-step addresses spilled in the 128-register builds.
   template <int ROWS>
   __device__ __forceinline__ void write_strip(const int4* strip, int row0,
                                               unsigned short* c) const {
-#pragma unroll 2
-    for (int l = lane; l < ROWS * EPI_CPR; l += 32) {
-      const int row = l / EPI_CPR, q = l % EPI_CPR;
-      const int4 v = strip[epi_chunk(row, q)];
-      if (row0 + row < prob_m)
-        store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(row0 + row) * prob_n + 8 * q),
-                v);
+    constexpr int STEPS = ROWS * EPI_CPR / 32, RPI = 32 / EPI_CPR;
+    static_assert(ROWS * EPI_CPR % 32 == 0, "whole warps of chunks");
+    const int ln = opaque_lane();
+    const int r = ln / EPI_CPR, pos = epi_chunk(0, ln);
+    int4* dst = reinterpret_cast<int4*>(c + static_cast<size_t>(row0 + r) * prob_n) + ln % EPI_CPR;
+    const size_t step = static_cast<size_t>(RPI) * (prob_n / 8);
+    const int rows_left = prob_m - row0 - r;
+#pragma unroll
+    for (int it = 0; it < STEPS; it++) {
+      const int4 v = strip[32 * it + (pos ^ (4 * (it % 2)))];
+      if (RPI * it < rows_left) store_c(dst + it * step, v);
     }
   }
 
@@ -1150,10 +1171,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   __device__ __forceinline__ void store_result_sw_staged(const FragC (&acc)[WARP_TILES][SW],
                                                          int slab, int n_tile) {
     int4* strip = sh_a + nw * (TILE_M * EPI_CPR);
+    const int ln = opaque_lane();
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
-      for (int h0 = 0; h0 < SW; h0 += 2) stage_pair(strip, 8 * h0, j, acc[j][h0], acc[j][h0 + 1]);
+      for (int h0 = 0; h0 < SW; h0 += 2)
+        stage_pair(strip, 8 * h0, j, ln, acc[j][h0], acc[j][h0 + 1]);
     __syncwarp();
     write_strip<TILE_M>(strip, slab * TILE_M,
                         reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N + nw * WARP_COLS);
@@ -1404,6 +1427,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     constexpr size_t SLOT = TILE_M * TILE_N / 4;
     const int u_begin = UNITS * rank / waiters, u_end = UNITS * (rank + 1) / waiters;
     int4* strip = sh_a + warp * (16 * EPI_CPR);
+    const int ln = opaque_lane();
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
@@ -1435,7 +1459,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
               }
       }
 #pragma unroll
-      for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, sum[j][0], sum[j][1]);
+      for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, ln, sum[j][0], sum[j][1]);
       __syncwarp();
       write_strip<16>(strip, slab * TILE_M + 16 * p, c + w * WARP_COLS);
       __syncwarp();   // the strip is read before the next unit writes it
@@ -1774,13 +1798,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0>
+          int WARP_N = 0, int MIN_BLOCKS = 1>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();

@@ -21,8 +21,10 @@ def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
             f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
             f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}, "
             f"{cfg.swap_ab}, {'true' if cfg.wgmma else 'false'}"
-            + (", true" if cfg.parallel_reduce else (", false" if cfg.warp_n else ""))
-            + (f", {cfg.warp_n}" if cfg.warp_n else ""))
+            + (", true" if cfg.parallel_reduce
+               else (", false" if cfg.warp_n or cfg.blocks_per_sm != 1 else ""))
+            + (f", {cfg.warp_n}" if cfg.warp_n or cfg.blocks_per_sm != 1 else "")
+            + (f", {cfg.blocks_per_sm}" if cfg.blocks_per_sm != 1 else ""))
 
 
 def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:

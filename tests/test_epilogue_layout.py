@@ -68,6 +68,19 @@ def test_staged_epilogue_reproduces_the_strip_without_bank_conflicts(warp_cols, 
     np.testing.assert_array_equal(out, strip)
 
 
+@pytest.mark.parametrize("cpr", (2, 4, 8))
+def test_write_strip_steps_address_the_same_chunks(cpr):
+    """write_strip's step `it` of lane `ln` reads strip position 32 it + (epi_chunk(0, ln) ^
+    4 (it % 2)) and writes row 32 / cpr * it + ln // cpr, chunk ln % cpr: the chunk
+    l = 32 it + ln of the plain formula, for every step of the largest strip (128 rows)."""
+    for it in range(128 * cpr // 32):
+        for ln in range(32):
+            lin = 32 * it + ln
+            row, q = lin // cpr, lin % cpr
+            assert 32 * it + (epi_chunk(0, ln, cpr) ^ (4 * (it % 2))) == epi_chunk(row, q, cpr)
+            assert (32 // cpr * it + ln // cpr, ln % cpr) == (row, q)
+
+
 def test_epi_chunk_is_a_bijection_within_each_line():
     for cpr in (2, 4, 8):
         chunks = [epi_chunk(r, q, cpr) for r in range(128) for q in range(cpr)]
@@ -117,14 +130,17 @@ def test_shared_sum_units_cover_the_tile_once(sw, n_warps, warp_cols, warps, wai
 
 @pytest.mark.parametrize("name, staged_sites", [
     # serial chain's last CTA + a whole last column: 2 sites x 2 column tiles x 8 fragment pairs
-    ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg", 32),
+    ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg", (32, 32)),
     # a whole last column (1 tile x 4 pairs) + the shared sum (1 per unit)
-    ("t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16", 5),
+    ("t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16", (5, 5)),
+    # 128 registers per thread (two CTAs of 256): staged only with 2; 2 sites x 2 tiles x 4 pairs
+    ("t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", (0, 16)),
+    ("t512_m4_n32_k8_s4_g8_fp32_sw8_wg_w32", (0, 16)),
 ])
 def test_the_switch_reaches_the_code(name, staged_sites):
-    """The GPU test compares the staged build with the shipped one; it could not fail if the
-    switch never reached the code. In the PTX, the staged build has exactly its stmatrix
-    stores and the shipped build none."""
+    """The GPU test compares the staged build with the direct one; it could not fail if the
+    switch never reached the code. In the PTX, the staged builds (MARLIN_EPI_STAGE 1 and 2)
+    have exactly their stmatrix stores and the direct build (0) none."""
     pytest.importorskip("cupy", reason="NVRTC comes with CuPy")
     from cupy.cuda import nvrtc
     from marlin_cupy import jit, kernels
@@ -142,6 +158,7 @@ def test_the_switch_reaches_the_code(name, staged_sites):
         finally:
             nvrtc.destroyProgram(prog)
 
-    assert ptx("").count("stmatrix") == 0
-    assert ptx("#define MARLIN_EPI_STAGE 1\n").count("stmatrix.sync.aligned.m8n8.x4.trans") \
-        == staged_sites
+    assert ptx("#define MARLIN_EPI_STAGE 0\n").count("stmatrix") == 0
+    for mode, sites in zip((1, 2), staged_sites):
+        assert ptx(f"#define MARLIN_EPI_STAGE {mode}\n").count(
+            "stmatrix.sync.aligned.m8n8.x4.trans") == sites, mode
