@@ -53,12 +53,13 @@
 // bytes at a time (a 128-row tile: 16 stores per thread instead of 128 two-byte ones, whole
 // sectors instead of halves). Used where the final tile is written at the end of a stripe: the
 // serial chain's last CTA, a column a CTA holds whole at its stripe's end, and the CTAs that
-// share the sum of a split column (coop_sum_staged). 0 (the default while it is unmeasured):
-// every store straight from the fragments, two bytes at a time. 1: staged in the instances
-// with more than 128 registers per thread (THREADS x MIN_BLOCKS <= 256); the 128-register
-// builds spill with it (tests/test_compile.py). 2: in those too (for A/B only).
+// share the sum of a split column (coop_sum_staged). 0: every store straight from the
+// fragments, two bytes at a time. 1 (the default; measured in
+// NOTES.md entry 36): staged in the instances with tiles of 32 rows or more (SWAP >= 4; the
+// 16-row tiles gain nothing) and more than 128 registers per thread (THREADS x MIN_BLOCKS
+// <= 256; some 128-register builds spill with it). 2: wherever the layout allows (A/B only).
 #ifndef MARLIN_EPI_STAGE
-#define MARLIN_EPI_STAGE 0
+#define MARLIN_EPI_STAGE 1
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
@@ -1112,7 +1113,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr int EPI_CPR = WARP_COLS / 8;
   static constexpr bool EPI_STAGE = MARLIN_EPI_STAGE && WGMMA && SWAP >= 2 && M_WARPS == 1 &&
                                     TILE_M * TILE_N / 8 <= STAGES * (A_STAGE + B_STAGE) &&
-                                    (MARLIN_EPI_STAGE >= 2 || THREADS * MIN_BLOCKS <= 256);
+                                    (MARLIN_EPI_STAGE >= 2 ||
+                                     (SWAP >= 4 && THREADS * MIN_BLOCKS <= 256));
   static_assert(!EPI_STAGE || EPI_CPR == 2 || EPI_CPR == 4 || EPI_CPR == 8,
                 "the staged epilogue's swizzle is conflict-free for 16, 32 or 64 columns per warp");
   // The lane index through an asm the compiler cannot move: the epilogue's lane-dependent

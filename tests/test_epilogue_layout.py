@@ -136,6 +136,8 @@ def test_shared_sum_units_cover_the_tile_once(sw, n_warps, warp_cols, warps, wai
     # 128 registers per thread (two CTAs of 256): staged only with 2; 2 sites x 2 tiles x 4 pairs
     ("t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", (0, 16)),
     ("t512_m4_n32_k8_s4_g8_fp32_sw8_wg_w32", (0, 16)),
+    # 16-row tiles (swap_ab=2): staged only with 2; serial + whole column, 1 tile x 1 pair each
+    ("t128_m1_n16_k8_s4_g8_fp32_sw2_wg", (0, 4 * 2)),
 ])
 def test_the_switch_reaches_the_code(name, staged_sites):
     """The GPU test compares the staged build with the direct one; it could not fail if the
