@@ -61,6 +61,12 @@
 #ifndef MARLIN_EPI_STAGE
 #define MARLIN_EPI_STAGE 1
 #endif
+// Where the staged store of a column held whole at a stripe's end is compiled in the sw8
+// instances with the parallel reduction (EPI_TAIL in Marlin): 1, after the main loop; 0, in
+// place, as the other instances do (kept for A/B).
+#ifndef MARLIN_EPI_TAIL
+#define MARLIN_EPI_TAIL 1
+#endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
 // 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
@@ -1125,6 +1131,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     asm volatile("mov.b32 %0, %1;" : "=r"(ln) : "r"(lane));
     return ln;
   }
+  // Where the staged store of a column held whole at the stripe's end is compiled: after the
+  // main loop (staged_tail) in the sw8 instances with the parallel reduction, in place
+  // elsewhere. Chosen from the SASS (NOTES.md entry 36): in place, the sw8 parallel-reduction
+  // loops lost their descriptor arithmetic's uniform registers (7 R2UR per unit; loop 9-18
+  // instructions longer than with the store after it); the sw4 and sw16 ones are 1-6
+  // instructions shorter in place, the serial ones the same either way, and one of them spills
+  // with the store after the loop (t256_m8_n16_k8_s4_g8_fp32_sw16_wg at 255 registers).
+  static constexpr bool EPI_TAIL = MARLIN_EPI_TAIL && EPI_STAGE && PAR_REDUCE && SWAP == 8;
   static __device__ __forceinline__ int epi_chunk(int r, int q) {
     const int l = r * EPI_CPR + q;
     return (l & ~7) | ((l ^ (l >> 3)) & 7);
@@ -1532,8 +1546,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // the bottom of K first: it reaches that column at the start of its stripe, so no CTA ever
   // waits on work that comes late in another CTA's stripe. The order is fixed by the
   // partition, so results are bitwise reproducible. The last CTA writes C and re-arms the lock.
+  //
+  // Returns true when it left the column's output to staged_tail(), after the main loop
+  // (EPI_TAIL: a column held whole at the stripe's end; the loop is then at its last unit and
+  // `acc` holds the output).
   template <typename Acc>   // FragC[WM][8], or FragC[WARP_TILES][SW] with swapped operands
-  __device__ __forceinline__ void finish_column(Acc& acc, const Cursor& c, bool last) {
+  __device__ __forceinline__ bool finish_column(Acc& acc, const Cursor& c, bool last) {
     const int n_tile = c.n_tile;
     const int slab = c.slab;
     const int col = n_tile * parallel + slab;
@@ -1553,20 +1571,21 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     if (top == bottom) {
       if constexpr (EPI_STAGE) {
         if (last) {      // the stripe's end: the stages are idle once every warp is here
+          if constexpr (EPI_TAIL) return true;   // staged_tail()
           __syncthreads();
           if (kw == 0) store_result_sw_staged(acc, slab, n_tile);
-          return;
+          return false;
         }
       }
       if (kw == 0) {
         if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
         else store_result(acc, slab, n_tile);
       }
-      return;
+      return false;
     }
     if constexpr (PAR_REDUCE) {
       finish_split_column(acc, slab, n_tile, top, bottom);
-      return;
+      return false;
     }
     const int count = bottom - top + 1;
     const int idx = bottom - static_cast<int>(blockIdx.x);  // 0 = first to add
@@ -1599,6 +1618,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     __syncthreads();
     stamp_if_last(8);
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
+    return false;
+  }
+
+  // The output that finish_column left for after the main loop (it returned true at the
+  // stripe's last unit). After the barrier every warp is past its last wgmma and no copy is
+  // in flight: the stages are idle.
+  template <typename Acc>
+  __device__ __forceinline__ void staged_tail(const Acc& acc) {
+    const Cursor c = cursor_at(unit_end - 1);
+    __syncthreads();
+    if (kw == 0) store_result_sw_staged(acc, c.slab, c.n_tile);
   }
 
   template <int NF>
@@ -1752,6 +1782,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
     int refill = STAGES - 1;
+    bool tail = false;   // finish_column left the last column's output to staged_tail()
     for (int unit = unit_start; unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
       const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
@@ -1784,9 +1815,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
         for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
         if (unit == unit_end - 1) stamp_last_column();
-        finish_column(acc, compute, unit == unit_end - 1);
-        zero_frags<WARP_TILES * SW>(&acc[0][0]);
-        if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
+        if (finish_column(acc, compute, unit == unit_end - 1)) {
+          tail = true;   // the last unit: the loop ends here
+        } else {
+          zero_frags<WARP_TILES * SW>(&acc[0][0]);
+          if (unit + 1 < unit_end) fetch_to_registers(regs[0], next, 0);
+        }
       }
       advance(compute);
       refill = stage;
@@ -1794,6 +1828,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
+    if constexpr (EPI_TAIL) {
+      if (tail) staged_tail(acc);
+    }
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 };
