@@ -43,6 +43,9 @@
 // uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
 // 64-column loop (swap_ab=8: -0.5..-5 % per layer) and costs 1.4-4.3 % in the 32-column one, so
 // 1 (the default) applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs).
+// Entry 37 (with the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster
+// on 10 of 12 layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances;
+// 3 applies it to swap_ab=8 and 16 (prepared, not the default until a sweep has run with it).
 #ifndef MARLIN_DESC_ADD
 #define MARLIN_DESC_ADD 1
 #endif
@@ -451,7 +454,8 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 adds them all, in a fixed order (see finish_column).
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
-  return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8));
+  return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
+                   (MARLIN_DESC_ADD == 3 && (swap == 8 || swap == 16)));
 }
 // The descriptors' base, a member only of the instances that use it: a struct member changes the
 // SASS of instances that never touch it (the others then compile as without the switch).
