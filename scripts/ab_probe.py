@@ -2,7 +2,7 @@
 
     python3 scripts/ab_probe.py OUT.json --define NAME=VALUE [--only-par]
                                 [--sets llama2-7b,llama2-13b,llama2-70b]
-                                [--m 1,8,16,32,48,64,128,256] [--top 0]
+                                [--m 1,8,16,32,48,64,128,256] [--top 0] [--zp]
 
 For every layer and M: the default dispatch's config (and the ``--top`` fastest others that
 the shipped table measured for that layer and M bucket; ``--only-par`` keeps the
@@ -12,7 +12,9 @@ A switch that only reorders work without changing any sum must leave the outputs
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
 (``bench.harness.Timer``, weights rotated past the L2), in the order A B B A, each build's time
 the mean of its two medians. ``--base-define NAME=VALUE`` builds B with its own switch (two
-variants against each other); ``$MARLIN_CUPY_DEFINES`` must be unset. The A build is swapped in with
+variants against each other); ``$MARLIN_CUPY_DEFINES`` must be unset. ``--zp`` times the
+zero-point kernels on weights with random zero points (default: symmetric weights, as the
+tuner and the benchmark). The A build is swapped in with
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.
@@ -48,6 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
     p.add_argument("--top", type=int, default=0)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--zp", action="store_true",
+                   help="zero-point weights and kernels (default: symmetric)")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE for the B build too (two variants against each other; "
                         "default: B is the shipped build)")
@@ -71,21 +75,23 @@ def main(argv=None) -> int:
                         if c.parallel_reduce or not a.only_par]
             for (k, n) in shapes for m in ms}
     cfgs = {c for cs in plan.values() for c in cs}
-    jit.warm_cache([(b_prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs]
-                   + [(prefix + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs],
+    zp = a.zp
+    jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
+                   + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs],
                    os.cpu_count() or 4)
-    a_kernels = {c: ops.build_kernel(c, prefix=prefix) for c in cfgs}
-    b_kernels = {c: ops.build_kernel(c, prefix=b_prefix) for c in cfgs} if b_prefix else {}
+    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in cfgs}
+    b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
         """The B build's launch context: its own kernel with --base-define, else the shipped."""
-        return ops.use_kernel(cfg, b_kernels[cfg]) if b_prefix else contextlib.nullcontext()
+        return (ops.use_kernel(cfg, b_kernels[cfg], has_zp=zp) if b_prefix
+                else contextlib.nullcontext())
 
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
-        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
+        for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng, zero_points=zp):
             copies = len(mws)
             for cfg in plan[(k, n, m)]:
                 row = {"k": k, "n": n, "m": m, "config": cfg.name}
@@ -96,15 +102,16 @@ def main(argv=None) -> int:
                     # measurements falls on both builds alike.
                     for build in "ABBA":
                         if build == "A":
-                            with ops.use_kernel(cfg, a_kernels[cfg]):
+                            with ops.use_kernel(cfg, a_kernels[cfg], has_zp=zp):
                                 # The launch path must really take the A build.
-                                assert ops.plan(m, n, k, a.group_size,
+                                assert ops.plan(m, n, k, a.group_size, has_zp=zp,
                                                 config=cfg).kernel is a_kernels[cfg]
                                 y_old = ops.matmul(x, mws[0], config=cfg)
                                 t_old.append(timer.measure(run, copies).stats.median_us)
                         else:
                             with build_b(cfg):
-                                held = ops.plan(m, n, k, a.group_size, config=cfg).kernel
+                                held = ops.plan(m, n, k, a.group_size, has_zp=zp,
+                                                config=cfg).kernel
                                 assert held is not a_kernels[cfg]
                                 assert not b_prefix or held is b_kernels[cfg]
                                 y_new = ops.matmul(x, mws[0], config=cfg)
@@ -118,7 +125,8 @@ def main(argv=None) -> int:
                     continue
                 mismatches += not same
                 rows.append(dict(row, a_us=t_old, b_us=t_new, equal=same,
-                                 dispatch=cfg == ops.plan(m, n, k, a.group_size).config))
+                                 dispatch=cfg == ops.plan(m, n, k, a.group_size,
+                                                          has_zp=zp).config))
                 print(f"{k}x{n} m={m} {cfg.name}: A {t_old:.1f} us, B "
                       f"{t_new:.1f} us ({t_old / t_new - 1:+.1%}){'' if same else '  MISMATCH'}",
                       flush=True)
@@ -134,7 +142,7 @@ def main(argv=None) -> int:
               f"({b / nb - 1:+.1%})")
     with open(a.out, "w") as f:
         json.dump({"kind": "ab_probe", "define": a.define, "base_define": a.base_define or None,
-                   "sets": a.sets,
+                   "sets": a.sets, "zero_points": zp,
                    "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,
                    "summed_dispatch": {str(m): {"a_us": b, "b_us": nb}

@@ -1,4 +1,6 @@
-"""Where does a wgmma instance spill? Classifies every local-memory access (STL/LDL) in its SASS.
+"""Where does a wgmma instance spill, and does its loop keep the uniform datapath? Classifies every
+local-memory access (STL/LDL) in its SASS, and counts the K steps' register moves into uniform
+registers (R2UR) and constant loads (LDC/ULDC).
 
     python3 scripts/sass_spill_sites.py CONFIG [CONFIG ...]
 
@@ -14,8 +16,17 @@ nvdisasm (``$NVDISASM``); no GPU needed. In the SASS of the wgmma main loop (``r
 
 Each spill is counted as prologue (before the loop), K steps, epilogue, unit tail, or after the
 loop, and every instruction by the same regions (static counts: how long each part's code is).
-Exit status 1 if any instance spills in its K steps. Record of the spills that the sw8 instances
-had before entry 11 removed them: benchmarks/results/2026-11-29_sass_spill_sites.txt.
+Record of the spills that the sw8 instances had before entry 11 removed them:
+benchmarks/results/2026-11-29_sass_spill_sites.txt.
+
+An R2UR in the K steps means the loop computes something in vector registers that wgmma needs
+in uniform ones (the descriptors): NOTES.md entry 36 found code that the loop runs once (a
+store in its epilogue) moving all of the loop's descriptor arithmetic there, 5-15 % more
+instructions per unit. At cd90763 the table's wgmma configs have none, except the zero-point
+builds of its three sw16 parallel-reduction configs (7 each;
+benchmarks/results/2026-11-30_sass_spill_sites_cd90763.txt).
+
+Exit status 1 if any instance spills in its K steps (HOT) or has an R2UR there (R2U).
 """
 from __future__ import annotations
 
@@ -67,6 +78,7 @@ def classify(lines: list) -> dict:
             break
     counts = {"prologue": 0, "k_steps": 0, "epilogue": 0, "unit_tail": 0, "after_loop": 0}
     sizes = dict(counts)
+    moves = {"R2UR": 0, "LDC": 0}   # in the K steps
     for i, t in insns:
         if i < loop[0]:
             region = "prologue"
@@ -81,7 +93,12 @@ def classify(lines: list) -> dict:
         sizes[region] += 1
         if re.match(r"(STL|LDL)\b", t):
             counts[region] += 1
-    return counts, sizes
+        if region == "k_steps":
+            if re.match(r"R2UR\b", t):
+                moves["R2UR"] += 1
+            elif re.match(r"U?LDC\b", t):
+                moves["LDC"] += 1
+    return counts, sizes, moves
 
 
 def main(argv) -> int:
@@ -93,13 +110,15 @@ def main(argv) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in argv:
             for zp in (False, True):
-                c, sizes = classify(sass(name, zp, Path(tmp)))
+                c, sizes, moves = classify(sass(name, zp, Path(tmp)))
                 hot = c["k_steps"]
-                bad += hot > 0
-                print(f"{'ok ' if hot == 0 else 'HOT'} {name}{'_zp' if zp else ''}: "
+                tag = "HOT" if hot else ("R2U" if moves["R2UR"] else "ok ")
+                bad += tag != "ok "
+                print(f"{tag} {name}{'_zp' if zp else ''}: "
                       + ", ".join(f"{k} {v}" for k, v in c.items())
-                      + "; instructions: " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
-    print(f"{bad} instance(s) spill in the K steps")
+                      + "; instructions: " + ", ".join(f"{k} {v}" for k, v in sizes.items())
+                      + "; K steps: " + ", ".join(f"{k} {v}" for k, v in moves.items()))
+    print(f"{bad} instance(s) spill or move into uniform registers in the K steps")
     return 1 if bad else 0
 
 

@@ -243,6 +243,18 @@ def test_random_weight_rotation_clears_the_l2():
     assert all(cp.array_equal(mw.qweight, mws[0].qweight) for mw in mws[1:])
 
 
+def test_random_weight_rotation_zero_points_keep_the_symmetric_draws():
+    """``zero_points=True`` adds zero points (for ab_probe.py --zp) and leaves the codes and
+    scales that the same seed gives without them."""
+    k, n = 256, 128
+    sym = harness.random_weight_rotation(k, n, 128, np.random.default_rng(3), cap_bytes=k * n)
+    asym = harness.random_weight_rotation(k, n, 128, np.random.default_rng(3), cap_bytes=k * n,
+                                          zero_points=True)
+    assert sym[0].zeros is None and asym[0].zeros is not None
+    assert cp.array_equal(sym[0].qweight, asym[0].qweight)
+    assert cp.array_equal(sym[0].scales, asym[0].scales)
+
+
 def test_layer_cases_one_rotation_per_layer_and_activations_per_m():
     rng = np.random.default_rng(0)
     cases = list(harness.layer_cases([(256, 128), (512, 256)], (1, 5), 128, rng))

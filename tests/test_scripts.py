@@ -156,3 +156,35 @@ def test_ss_probe_tiled_layout_puts_a_columns_stage_in_32_contiguous_bytes():
                 idx = ((col // ss_probe.BN * kt_count + kt) * ss_probe.BN + col % ss_probe.BN) * 8 + j
                 assert flat[idx] == words[8 * kt + j, col]
     assert sorted(flat.tolist()) == list(range(k8 * n))
+
+
+# A wgmma main loop in nvdisasm's format: prologue, a unit loop whose K steps hold the HGMMAs,
+# a forward branch over the column epilogue, the unit tail, and code after the loop.
+_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   STL [R1], R114 ;
+.L_x_1:
+        /*0020*/                   IMAD R2, R3, 0x800, R4 ;
+        /*0030*/                   HGMMA.64x64x16.F32 R24, R168, gdesc[UR4], R24 ;
+        /*0040*/                   R2UR UR4, R2 ;
+        /*0050*/                   LDC R5, c[0x0][0x210] ;
+        /*0060*/                   LDL R6, [R1] ;
+        /*0070*/                   HGMMA.64x64x16.F32 R24, R152, gdesc[UR4], R24 ;
+        /*0080*/              @P0 BRA `(.L_x_2) ;
+        /*0090*/                   STG.E desc[UR6][R8.64], R9 ;
+        /*00a0*/                   STL [R1+0x4], R9 ;
+.L_x_2:
+        /*00b0*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*00c0*/              @P1 BRA `(.L_x_1) ;
+        /*00d0*/                   LDL R7, [R1+0x4] ;
+        /*00e0*/                   EXIT ;
+""".splitlines()
+
+
+def test_sass_spill_sites_classifies_regions_and_uniform_moves():
+    ss = _load("sass_spill_sites")
+    counts, sizes, moves = ss.classify(_SASS)
+    assert counts == {"prologue": 1, "k_steps": 1, "epilogue": 1, "unit_tail": 0,
+                      "after_loop": 1}
+    assert sizes == {"prologue": 2, "k_steps": 5, "epilogue": 3, "unit_tail": 3, "after_loop": 2}
+    assert moves == {"R2UR": 1, "LDC": 1}

@@ -95,29 +95,34 @@ def rotation_copies(weight_bytes: int, l2_bytes: int, cap_bytes: int,
     return max(1, min(wanted, cap_bytes // weight_bytes))
 
 
-def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int = 8 << 30) -> list:
+def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int = 8 << 30,
+                           zero_points: bool = False) -> list:
     """Random 4-bit weights [K, N] (scales uniform in [1e-3, 1e-2)) packed once and copied to
     the device ``rotation_copies`` times, on the current device's L2 size: what the tuner and
-    the probe scripts time a kernel on (call it with ``mws[i]`` for ``i`` in the rotation)."""
+    the probe scripts time a kernel on (call it with ``mws[i]`` for ``i`` in the rotation).
+    ``zero_points``: with random 4-bit zero points (the zero-point kernels), drawn after
+    everything else so that the symmetric weights of a seed stay the same."""
     import cupy as cp
     from ..layout import pack
     from ..weights import QuantizedWeight
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     l2 = int(dev.get("l2CacheSize", 50 << 20))
     groups = 1 if group_size == -1 else k // group_size
-    host = pack(QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
-                                rng.uniform(1e-3, 1e-2, (groups, n)).astype(np.float16),
-                                None, None, 4, group_size))
+    q = rng.integers(0, 16, (k, n), dtype=np.uint8)
+    scales = rng.uniform(1e-3, 1e-2, (groups, n)).astype(np.float16)
+    zeros = rng.integers(0, 16, (groups, n), dtype=np.uint8) if zero_points else None
+    host = pack(QuantizedWeight(q, scales, zeros, None, 4, group_size))
     return [host.to_device() for _ in range(rotation_copies(k * n // 2, l2, cap_bytes))]
 
 
-def layer_cases(shapes, ms, group_size: int, rng):
+def layer_cases(shapes, ms, group_size: int, rng, zero_points: bool = False):
     """The probe scripts' loop: for each layer (K, N), its random weights rotated past the L2
-    (``random_weight_rotation``, built once per layer), then for each M ``(k, n, m, x, mws)``
-    with random fp16 activations ``x`` [M, K]. The memory pool is emptied between layers."""
+    (``random_weight_rotation``, built once per layer, with zero points if asked), then for
+    each M ``(k, n, m, x, mws)`` with random fp16 activations ``x`` [M, K]. The memory pool is
+    emptied between layers."""
     import cupy as cp
     for k, n in shapes:
-        mws = random_weight_rotation(k, n, group_size, rng)
+        mws = random_weight_rotation(k, n, group_size, rng, zero_points=zero_points)
         for m in ms:
             yield k, n, m, cp.asarray(rng.standard_normal((m, k)).astype(np.float16)), mws
         del mws
