@@ -66,7 +66,9 @@
 #endif
 // Where the staged store of a column held whole at a stripe's end is compiled in the sw8
 // instances with the parallel reduction (EPI_TAIL in Marlin): 1, after the main loop; 0, in
-// place, as the other instances do (kept for A/B).
+// place, as the other instances do (kept for A/B). 2: after the loop in the sw16 parallel
+// instances too (their zero-point builds keep 7 R2UR per unit in place; NOTES.md next lever 1;
+// for A/B, not measured).
 #ifndef MARLIN_EPI_TAIL
 #define MARLIN_EPI_TAIL 1
 #endif
@@ -1142,7 +1144,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // instructions longer than with the store after it); the sw4 and sw16 ones are 1-6
   // instructions shorter in place, the serial ones the same either way, and one of them spills
   // with the store after the loop (t256_m8_n16_k8_s4_g8_fp32_sw16_wg at 255 registers).
-  static constexpr bool EPI_TAIL = MARLIN_EPI_TAIL && EPI_STAGE && PAR_REDUCE && SWAP == 8;
+  static constexpr bool EPI_TAIL = EPI_STAGE && PAR_REDUCE &&
+                                   ((MARLIN_EPI_TAIL >= 1 && SWAP == 8) ||
+                                    (MARLIN_EPI_TAIL == 2 && SWAP == 16));
   static __device__ __forceinline__ int epi_chunk(int r, int q) {
     const int l = r * EPI_CPR + q;
     return (l & ~7) | ((l ^ (l >> 3)) & 7);
