@@ -16,15 +16,17 @@ def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
 
 
 def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
-    """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``."""
-    return (f"{cfg.threads}, {cfg.thread_m_blocks}, {cfg.thread_n_blocks}, "
-            f"{cfg.thread_k_blocks}, {cfg.stages}, {cfg.group_blocks}, "
-            f"{'true' if has_zp else 'false'}, {'true' if cfg.fp32_reduce else 'false'}, "
-            f"{cfg.swap_ab}, {'true' if cfg.wgmma else 'false'}"
-            + (", true" if cfg.parallel_reduce
-               else (", false" if cfg.warp_n or cfg.blocks_per_sm != 1 else ""))
-            + (f", {cfg.warp_n}" if cfg.warp_n or cfg.blocks_per_sm != 1 else "")
-            + (f", {cfg.blocks_per_sm}" if cfg.blocks_per_sm != 1 else ""))
+    """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``; the trailing
+    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS) only up to the last that differs from its default, so
+    that instances which do not use them keep their source text (and kernel cache key)."""
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    args = [cfg.threads, cfg.thread_m_blocks, cfg.thread_n_blocks, cfg.thread_k_blocks,
+            cfg.stages, cfg.group_blocks, b(has_zp), b(cfg.fp32_reduce), cfg.swap_ab,
+            b(cfg.wgmma)]
+    optional = [(b(cfg.parallel_reduce), "false"), (cfg.warp_n, 0), (cfg.blocks_per_sm, 1)]
+    while optional and optional[-1][0] == optional[-1][1]:
+        optional.pop()
+    return ", ".join(str(v) for v in args + [v for v, _ in optional])
 
 
 def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:

@@ -31,8 +31,9 @@ def _need_sm90():
 
 
 @pytest.fixture(scope="module")
-def staged_builds():
-    """The staged build of every config, sym and zero-point, compiled in parallel once."""
+def builds():
+    """The staged and the direct build of every config, sym and zero-point, compiled in
+    parallel once; the kernels are loaded into the returned dict as the tests ask for them."""
     _need_sm90()
     from marlin_cupy import jit, kernels
     jobs = [(prefix + kernels.marlin_source(KernelConfig.from_name(n), zp), "a")
@@ -50,7 +51,7 @@ def _build(cache, cfg, zp, prefix):
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_staged_epilogue_matches(staged_builds, name):
+def test_staged_epilogue_matches(builds, name):
     from marlin_cupy import ops
     cfg = KernelConfig.from_name(name)
     rng = np.random.default_rng(zlib.crc32(name.encode()))
@@ -71,10 +72,10 @@ def test_staged_epilogue_matches(staged_builds, name):
         mw = mc.pack(mc.quantize(w, bits=4, group_size=128, sym=not zp)).to_device()
         x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
         want = cp.full((m, n), cp.nan, dtype=cp.float16)
-        with ops.use_kernel(cfg, _build(staged_builds, cfg, zp, DIRECT), has_zp=zp):
+        with ops.use_kernel(cfg, _build(builds, cfg, zp, DIRECT), has_zp=zp):
             mc.matmul(x, mw, out=want, config=cfg, max_ctas=ctas)
         got = cp.full((m, n), cp.nan, dtype=cp.float16)
-        with ops.use_kernel(cfg, _build(staged_builds, cfg, zp, PREFIX), has_zp=zp):
+        with ops.use_kernel(cfg, _build(builds, cfg, zp, PREFIX), has_zp=zp):
             mc.matmul(x, mw, out=got, config=cfg, max_ctas=ctas)
         assert not bool(cp.isnan(got).any()), (name, kt, nt, m, ctas, zp)
         assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16)), \

@@ -32,3 +32,16 @@ def test_malformed_defines_are_refused(monkeypatch, bad):
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", bad)
     with pytest.raises(ValueError, match="MARLIN_CUPY_DEFINES"):
         kernels.marlin_source(CFG)
+
+
+def test_template_args_trail_only_up_to_the_last_non_default():
+    """PAR_REDUCE, WARP_N and MIN_BLOCKS have defaults in cuda/marlin.cuh; they are written only
+    up to the last that differs, so an instance that uses none keeps its source text."""
+    base = dict(wgmma=True, swap_ab=8, thread_m_blocks=4)
+    tail = lambda **kw: kernels.template_args(KernelConfig(**base, **kw)).split(", ")[10:]  # noqa: E731
+    assert tail() == []
+    assert tail(parallel_reduce=True) == ["true"]
+    assert tail(warp_n=32) == ["false", "32"]
+    assert tail(blocks_per_sm=2) == ["false", "0", "2"]
+    assert tail(parallel_reduce=True, warp_n=16, blocks_per_sm=2) == ["true", "16", "2"]
+    assert kernels.template_args(KernelConfig(**base), has_zp=True).split(", ")[6] == "true"
