@@ -1,6 +1,6 @@
 """A/B of a compile-time switch of cuda/marlin.cuh on real layers (needs a GPU).
 
-    python3 scripts/ab_probe.py OUT.json --define NAME=VALUE [--only-par]
+    python3 scripts/ab_probe.py OUT.json --define NAME=VALUE[,NAME=VALUE] [--only-par]
                                 [--sets llama2-7b,llama2-13b,llama2-70b]
                                 [--m 1,8,16,32,48,64,128,256] [--top 0] [--zp]
 
@@ -11,8 +11,8 @@ in front (the variant under test, or the old code path kept behind a macro), "B"
 A switch that only reorders work without changing any sum must leave the outputs bitwise
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
 (``bench.harness.Timer``, weights rotated past the L2), in the order A B B A, each build's time
-the mean of its two medians. ``--base-define NAME=VALUE`` builds B with its own switch (two
-variants against each other); ``$MARLIN_CUPY_DEFINES`` must be unset. ``--zp`` times the
+the mean of its two medians. ``--base-define NAME=VALUE`` builds B with its own switches (two
+variants against each other; both options take a comma-separated list); ``$MARLIN_CUPY_DEFINES`` must be unset. ``--zp`` times the
 zero-point kernels on weights with random zero points (default: symmetric weights, as the
 tuner and the benchmark). The A build is swapped in with
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
@@ -44,7 +44,8 @@ from marlin_cupy.tune import probe_configs, shipped_path  # noqa: E402
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--define", required=True, help="NAME=VALUE for the A build")
+    p.add_argument("--define", required=True,
+                   help="NAME=VALUE[,NAME=VALUE...] for the A build")
     p.add_argument("--only-par", action="store_true")
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--zp", action="store_true",
                    help="zero-point weights and kernels (default: symmetric)")
     p.add_argument("--base-define", default="",
-                   help="NAME=VALUE for the B build too (two variants against each other; "
+                   help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
     a = p.parse_args(argv)
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
@@ -61,10 +62,14 @@ def main(argv=None) -> int:
     ms = [int(v) for v in a.m.split(",")]
 
     def define_line(spec):
-        name, sep, value = spec.partition("=")
-        if not (sep and name and value):
-            p.error(f"{spec!r} is not NAME=VALUE")
-        return f"#define {name} {value}\n"
+        """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]"."""
+        lines = []
+        for item in spec.split(","):
+            name, sep, value = item.strip().partition("=")
+            if not (sep and name and value):
+                p.error(f"{item!r} is not NAME=VALUE")
+            lines.append(f"#define {name} {value}\n")
+        return "".join(lines)
 
     prefix = define_line(a.define)
     b_prefix = define_line(a.base_define) if a.base_define else ""
