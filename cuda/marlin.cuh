@@ -42,12 +42,12 @@
 // per-step constant) instead of rebuilding each from its shared address (shift, mask, OR: 7
 // uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
 // 64-column loop (swap_ab=8: -0.5..-5 % per layer) and costs 1.4-4.3 % in the 32-column one, so
-// 1 (the default) applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs).
-// Entry 37 (with the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster
-// on 10 of 12 layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances;
-// 3 applies it to swap_ab=8 and 16 (prepared, not the default until a sweep has run with it).
+// 1 applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs). Entry 37 (with
+// the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster on 10 of 12
+// layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances; so 3 (the
+// default since entry 38) applies it to swap_ab=8 and 16.
 #ifndef MARLIN_DESC_ADD
-#define MARLIN_DESC_ADD 1
+#define MARLIN_DESC_ADD 3
 #endif
 
 // The last column's output from the swapped wgmma layouts (swap_ab >= 2), written through
@@ -64,13 +64,14 @@
 #ifndef MARLIN_EPI_STAGE
 #define MARLIN_EPI_STAGE 1
 #endif
-// Where the staged store of a column held whole at a stripe's end is compiled in the sw8
-// instances with the parallel reduction (EPI_TAIL in Marlin): 1, after the main loop; 0, in
-// place, as the other instances do (kept for A/B). 2: after the loop in the sw16 parallel
-// instances too (their zero-point builds keep 7 R2UR per unit in place; NOTES.md next lever 1;
-// for A/B, not measured).
+// Where the staged store of a column held whole at a stripe's end is compiled in the
+// instances with the parallel reduction (EPI_TAIL in Marlin). 2 (the default since NOTES.md
+// entry 38): after the main loop in the sw8 and sw16 ones (in place, the sw16 zero-point builds
+// kept 7 R2UR per unit; with MARLIN_DESC_ADD 3 their loops are also 4-10 instructions
+// shorter after it). 1: after the loop in the sw8 ones only (entry 36). 0: in place, as the
+// other instances do (kept for A/B).
 #ifndef MARLIN_EPI_TAIL
-#define MARLIN_EPI_TAIL 1
+#define MARLIN_EPI_TAIL 2
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
