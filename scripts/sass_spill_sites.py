@@ -22,9 +22,10 @@ benchmarks/results/2026-11-29_sass_spill_sites.txt.
 An R2UR in the K steps means the loop computes something in vector registers that wgmma needs
 in uniform ones (the descriptors): NOTES.md entry 36 found code that the loop runs once (a
 store in its epilogue) moving all of the loop's descriptor arithmetic there, 5-15 % more
-instructions per unit. At cd90763 the table's wgmma configs have none, except the zero-point
+instructions per unit. At cd90763 the table's wgmma configs had none, except the zero-point
 builds of its three sw16 parallel-reduction configs (7 each;
-benchmarks/results/2026-11-30_sass_spill_sites_cd90763.txt).
+benchmarks/results/2026-11-30_sass_spill_sites_cd90763.txt); at 3efefde none has any
+(benchmarks/results/2026-11-30_sass_spill_sites_3efefde.txt, NOTES.md entry 38).
 
 Exit status 1 if any instance spills in its K steps (HOT) or has an R2UR there (R2U).
 """

@@ -188,3 +188,19 @@ def test_sass_spill_sites_classifies_regions_and_uniform_moves():
                       "after_loop": 1}
     assert sizes == {"prologue": 2, "k_steps": 5, "epilogue": 3, "unit_tail": 3, "after_loop": 2}
     assert moves == {"R2UR": 1, "LDC": 1}
+
+
+def test_stripe_balance_cuts_as_the_kernel_does():
+    from marlin_cupy.config import KernelConfig
+    sb = _load("stripe_balance")
+    # 8192x8192 with 256x128 tiles at M = 64: 32 x 64 = 2048 units; 132 SMs give stripes of
+    # ceil(2048 / 132) = 16 units, so 128 CTAs have work and 4 SMs none.
+    cfg = KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32")
+    assert sb.stripes(cfg, 64, 8192, 8192, 132) == (2048, 16, 128, 2048 / (132 * 16))
+    # 65 rows run as two 64-row slabs: twice the units.
+    assert sb.stripes(cfg, 65, 8192, 8192, 132)[:3] == (4096, 32, 128)
+    # Two CTAs per SM: 264 slots. 5120x5120 with 256x128 tiles: 800 units, stripes of 4.
+    b2 = KernelConfig.from_name("t128_m1_n16_k8_s4_g8_fp32par_sw2_wg_b2")
+    assert sb.stripes(b2, 16, 5120, 5120, 132) == (800, 4, 200, 800 / (264 * 4))
+    # Fewer units than slots: one unit per CTA, the rest of the grid absent.
+    assert sb.stripes(cfg, 64, 256, 1024, 132) == (8, 1, 8, 8 / 132)
