@@ -204,3 +204,22 @@ def test_stripe_balance_cuts_as_the_kernel_does():
     assert sb.stripes(b2, 16, 5120, 5120, 132) == (800, 4, 200, 800 / (264 * 4))
     # Fewer units than slots: one unit per CTA, the rest of the grid absent.
     assert sb.stripes(cfg, 64, 256, 1024, 132) == (8, 1, 8, 8 / 132)
+
+
+def test_stripe_balance_depths_shorten_or_fill_the_stripes():
+    from marlin_cupy.config import KernelConfig
+    sb = _load("stripe_balance")
+    cfg = KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32")
+    # 8192x8192 at M = 64: 128 CTAs x 16. One unit shorter: 131 x 15 at K = 7808; every slot
+    # busy with stripes of 16: K = 8448 (2112 = 132 x 16 units).
+    assert sb.depths(cfg, 64, 8192, 8192, 132) == (7808, 8448)
+    assert sb.stripes(cfg, 64, 8192, 7808, 132)[1:3] == (15, 131)
+    assert sb.stripes(cfg, 64, 8192, 8448, 132)[1:4] == (16, 132, 1.0)
+    # 5120x5120 at M = 8 with 256-deep tiles: 100 CTAs x 4; K in multiples of 256.
+    sw1 = KernelConfig.from_name("t256_m1_n16_k16_s4_g8_fp32par_sw1")
+    assert sb.depths(sw1, 8, 5120, 5120, 132) == (4864, 6656)
+    # 64-deep tiles move K in whole groups (128); stripes of one unit have no shorter K.
+    k4 = KernelConfig.from_name("t256_m8_n16_k4_s8_g8_fp32par_sw16_wg")
+    lo, fill = sb.depths(k4, 128, 5120, 13824, 132)
+    assert lo % 128 == 0 and fill % 128 == 0
+    assert sb.depths(cfg, 64, 256, 1024, 132)[0] is None
