@@ -26,7 +26,8 @@ that gives every CTA slot a stripe. If a launch's time follows the busiest CTA's
 ``K_fill`` takes as long as the layer although it has more work, and the time per unit of
 stripe is ``T(K) - T(K_lo)``; stripes cut below whole units would then run the layer in about
 ``T(K) - (T(K) - T(K_lo)) x (iters - units / slots)``. Timing is the tuner's (weights rotated
-past the L2, ``bench.harness.Timer``).
+past the L2, ``bench.harness.Timer``). On the H200 it does not: time follows the total work,
+and the balanced estimate is about 1 % below the layer's time (NOTES.md entry 39).
 """
 from __future__ import annotations
 
