@@ -74,6 +74,16 @@
 #define MARLIN_EPI_TAIL 2
 #endif
 
+// How many wgmma groups a warpgroup's main loop keeps in flight while it dequantizes the next
+// step (benchmarks/NOTES.md entry 40). 1 (the default): two A-fragment buffers, each step waits
+// for the group before it. 2: three buffers, the wait after a step leaves two groups pending
+// wherever the next step's buffer is not one of theirs (6 of 8 steps; the others wait as with
+// 1), so the dequantization can run a group further ahead of the tensor cores. Only in the
+// instances with 128-deep tiles and swap_ab != 4 (see WG_RING3). Same sums, same order.
+#ifndef MARLIN_WG_DEPTH
+#define MARLIN_WG_DEPTH 1
+#endif
+
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
 // 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
 // scripts/pdl_probe.py.
@@ -282,6 +292,16 @@ __device__ __forceinline__ void wgmma_wait_keep(FragA (&w)[2]) {
                  "+r"(w[1][0]), "+r"(w[1][1]), "+r"(w[1][2]), "+r"(w[1][3])
                : "n"(N)
                : "memory");
+}
+
+// Keeps the registers of fragments `w` allocated to their values up to this point (an empty asm
+// that reads and rewrites them). After a wgmma_wait it does what wgmma_wait_keep's operands do,
+// for any number of fragments (MARLIN_WG_DEPTH 2 keeps three buffers).
+template <int W>
+__device__ __forceinline__ void keep_fragments(FragA (&w)[W]) {
+#pragma unroll
+  for (int j = 0; j < W; j++)
+    asm volatile("" : "+r"(w[j][0]), "+r"(w[j][1]), "+r"(w[j][2]), "+r"(w[j][3]) :: "memory");
 }
 
 // wgmma reads shared memory through the async proxy (PTX ISA s.9.7.15.4): shared-memory writes
@@ -506,6 +526,22 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
+  // MARLIN_WG_DEPTH 2: the three-buffer ring of run_wgmma. Step `sub`'s buffer is sub % 3,
+  // except that a unit's last step takes buffer 1 where sub % 3 would equal step 0's (K_SUB =
+  // 4, 16): a step never writes the buffer of the group issued just before it, across units
+  // too. After step sub the wait leaves two groups pending (sub - 1 and sub) when the next
+  // step's buffer is neither of theirs, else one.
+  // Only the 128-deep tiles (K_SUB = 8) outside swap_ab=4: with 64-deep tiles (K_SUB = 4) and
+  // in the swap_ab=4 instances ptxas serializes every wgmma of the ring (its C7513 advisory;
+  // nvcc 13), which would make the loop slower than the two-buffer one.
+  static constexpr bool WG_RING3 = WGMMA && MARLIN_WG_DEPTH == 2 && K_SUB == 8 && SWAP != 4;
+  __host__ __device__ static constexpr int wg_buf(int sub) {
+    return ((sub + K_SUB) % K_SUB == K_SUB - 1 && (K_SUB - 1) % 3 == 0) ? 1
+                                                                      : ((sub + K_SUB) % K_SUB) % 3;
+  }
+  __host__ __device__ static constexpr int wg_pending(int sub) {
+    return wg_buf(sub + 1) != wg_buf(sub - 1) ? 2 : 1;
+  }
 
   // Shared-memory geometry, in int4 (16-byte) units.
   static constexpr int A_ROW = 2 * K_BLOCKS;                        // int4 per A row per stage
@@ -1786,7 +1822,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     Cursor compute = fetch;
     start_stream(fetch);
     stamp(3);
-    FragA wa[2][WARP_TILES] = {};
+    FragA wa[WG_RING3 ? 3 : 2][WARP_TILES] = {};
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -1808,9 +1844,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         } else {
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
         }
-        dequant_wgmma(regs[sub % 2], wa[sub % 2]);
-        issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
-        wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
+        if constexpr (WG_RING3) {
+          // (sub is a constant once the loop is unrolled: the index and the branch fold.)
+          dequant_wgmma(regs[sub % 2], wa[wg_buf(sub)]);
+          issue_wgmma(wa[wg_buf(sub)], a_desc(stage, sub), acc);
+          // Groups sub - wg_pending(sub - 1) .. sub were pending before this wait; it completes
+          // those up to sub - wg_pending(sub). Their buffers are kept up to here (not the
+          // pending ones: ptxas serializes every wgmma when a register of a pending group is
+          // written, even by an empty asm).
+          if (wg_pending(sub) == 2) wgmma_wait<2>();
+          else wgmma_wait<1>();
+#pragma unroll
+          for (int g = sub - wg_pending(sub - 1); g <= sub - wg_pending(sub); g++)
+            keep_fragments(wa[wg_buf(g)]);
+        } else {
+          dequant_wgmma(regs[sub % 2], wa[sub % 2]);
+          issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
+          wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
+        }
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
       if constexpr (K_SUB % 2 == 1) {
@@ -1818,7 +1869,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
       }
       if (column_end) {
-        wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
+        if constexpr (WG_RING3) {
+          wgmma_wait<0>();
+          keep_fragments(wa[0]);
+          keep_fragments(wa[1]);
+          keep_fragments(wa[2]);
+#pragma unroll
+          for (int j = 0; j < WARP_TILES; j++) wa[2][j] = FragA{};
+        } else {
+          wgmma_wait_keep<0>(wa[(K_SUB - 1) % 2]);
+        }
         // Nothing is in flight: the fragments are dead, and constants need no registers
         // across the epilogue.
 #pragma unroll
