@@ -75,13 +75,15 @@
 #endif
 
 // How many wgmma groups a warpgroup's main loop keeps in flight while it dequantizes the next
-// step (benchmarks/NOTES.md entry 40). 1 (the default): two A-fragment buffers, each step waits
-// for the group before it. 2: three buffers, the wait after a step leaves two groups pending
-// wherever the next step's buffer is not one of theirs (6 of 8 steps; the others wait as with
-// 1), so the dequantization can run a group further ahead of the tensor cores. Only in the
-// instances with 128-deep tiles and swap_ab != 4 (see WG_RING3). Same sums, same order.
+// step (benchmarks/NOTES.md entry 40). 1: two A-fragment buffers, each step waits for the group
+// before it. 2: three buffers, the wait after a step leaves two groups pending wherever the
+// next step's buffer is not one of theirs (6 of 8 steps; the others wait as with 1), so the
+// dequantization can run a group further ahead of the tensor cores; in the instances with
+// 128-deep tiles and swap_ab = 2, 8 or 16 (see WG_RING3). 3 (the default): the same, in the
+// swap_ab = 2 and 16 instances only (entry 40: 0.8-1.3 % faster there, 0.2-2.2 % slower in most
+// swap_ab = 8 ones). Same sums, same order.
 #ifndef MARLIN_WG_DEPTH
-#define MARLIN_WG_DEPTH 1
+#define MARLIN_WG_DEPTH 3
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
@@ -526,7 +528,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
-  // MARLIN_WG_DEPTH 2: the three-buffer ring of run_wgmma. Step `sub`'s buffer is sub % 3,
+  // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is sub % 3,
   // except that a unit's last step takes buffer 1 where sub % 3 would equal step 0's (K_SUB =
   // 4, 16): a step never writes the buffer of the group issued just before it, across units
   // too. After step sub the wait leaves two groups pending (sub - 1 and sub) when the next
@@ -534,7 +536,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // Only the 128-deep tiles (K_SUB = 8) outside swap_ab=4: with 64-deep tiles (K_SUB = 4) and
   // in the swap_ab=4 instances ptxas serializes every wgmma of the ring (its C7513 advisory;
   // nvcc 13), which would make the loop slower than the two-buffer one.
-  static constexpr bool WG_RING3 = WGMMA && MARLIN_WG_DEPTH == 2 && K_SUB == 8 && SWAP != 4;
+  static constexpr bool WG_RING3 =
+      WGMMA && K_SUB == 8 && ((MARLIN_WG_DEPTH == 2 && SWAP != 4) ||
+                              (MARLIN_WG_DEPTH == 3 && (SWAP == 2 || SWAP == 16)));
   __host__ __device__ static constexpr int wg_buf(int sub) {
     return ((sub + K_SUB) % K_SUB == K_SUB - 1 && (K_SUB - 1) % 3 == 0) ? 1
                                                                       : ((sub + K_SUB) % K_SUB) % 3;
