@@ -86,6 +86,16 @@
 #define MARLIN_WG_DEPTH 3
 #endif
 
+// Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
+// entry 40's profiles: the instructions right after the refill's cp.async wait on the copies'
+// address registers, about 4.5 % of the stall samples). 0 (the default): right after the
+// barrier, as measured so far. 1: after that step's group is issued, just before the wgmma
+// wait, so that the copies' registers are released while the warp waits anyway (prepared,
+// not measured).
+#ifndef MARLIN_REFILL_LATE
+#define MARLIN_REFILL_LATE 0
+#endif
+
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
 // 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
 // scripts/pdl_probe.py.
@@ -1842,16 +1852,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           cp_async_wait<STAGES - 3>();
           fence_proxy_async_shared();
           __syncthreads();
-          fetch_or_skip(fetch, refill);
+          if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
           // Across a column's end the registers wait until after the epilogue (pressure).
           if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else {
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
         }
+        // MARLIN_REFILL_LATE: the refill after this step's group is issued, before its wait.
+        auto late_refill = [&]() {
+          if constexpr (MARLIN_REFILL_LATE) {
+            if (sub == K_SUB - 1) fetch_or_skip(fetch, refill);
+          }
+        };
         if constexpr (WG_RING3) {
           // (sub is a constant once the loop is unrolled: the index and the branch fold.)
           dequant_wgmma(regs[sub % 2], wa[wg_buf(sub)]);
           issue_wgmma(wa[wg_buf(sub)], a_desc(stage, sub), acc);
+          late_refill();
           // Groups sub - wg_pending(sub - 1) .. sub were pending before this wait; it completes
           // those up to sub - wg_pending(sub). Their buffers are kept up to here (not the
           // pending ones: ptxas serializes every wgmma when a register of a pending group is
@@ -1864,6 +1881,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         } else {
           dequant_wgmma(regs[sub % 2], wa[sub % 2]);
           issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
+          late_refill();
           wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
         }
       }
