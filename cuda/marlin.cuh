@@ -538,21 +538,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
-  // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is sub % 3,
-  // except that a unit's last step takes buffer 1 where sub % 3 would equal step 0's (K_SUB =
-  // 4, 16): a step never writes the buffer of the group issued just before it, across units
-  // too. After step sub the wait leaves two groups pending (sub - 1 and sub) when the next
-  // step's buffer is neither of theirs, else one.
+  // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
+  // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
+  // writes the buffer of the group issued just before it, across units too (7 % 3 != 0).
+  // After step sub the wait leaves two groups pending (sub - 1 and sub) when the next step's
+  // buffer is neither of theirs, else one.
   // Only the 128-deep tiles (K_SUB = 8) outside swap_ab=4: with 64-deep tiles (K_SUB = 4) and
   // in the swap_ab=4 instances ptxas serializes every wgmma of the ring (its C7513 advisory;
   // nvcc 13), which would make the loop slower than the two-buffer one.
   static constexpr bool WG_RING3 =
       WGMMA && K_SUB == 8 && ((MARLIN_WG_DEPTH == 2 && SWAP != 4) ||
                               (MARLIN_WG_DEPTH == 3 && (SWAP == 2 || SWAP == 16)));
-  __host__ __device__ static constexpr int wg_buf(int sub) {
-    return ((sub + K_SUB) % K_SUB == K_SUB - 1 && (K_SUB - 1) % 3 == 0) ? 1
-                                                                      : ((sub + K_SUB) % K_SUB) % 3;
-  }
+  __host__ __device__ static constexpr int wg_buf(int sub) { return ((sub + K_SUB) % K_SUB) % 3; }
   __host__ __device__ static constexpr int wg_pending(int sub) {
     return wg_buf(sub + 1) != wg_buf(sub - 1) ? 2 : 1;
   }

@@ -12,9 +12,9 @@ A switch that only reorders work without changing any sum must leave the outputs
 equal; a mismatch is recorded and counted (exit status 1). Timing is the tuner's method
 (``bench.harness.Timer``, weights rotated past the L2), in the order A B B A, each build's time
 the mean of its two medians. ``--base-define NAME=VALUE`` builds B with its own switches (two
-variants against each other; both options take a comma-separated list); ``$MARLIN_CUPY_DEFINES`` must be unset. ``--zp`` times the
-zero-point kernels on weights with random zero points (default: symmetric weights, as the
-tuner and the benchmark). The A build is swapped in with
+variants against each other; both options take a comma-separated list);
+``$MARLIN_CUPY_DEFINES`` must be unset. ``--zp`` times the zero-point kernels on weights with
+random zero points (default: symmetric weights, as the tuner and the benchmark). The A build is swapped in with
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def depths(cfg: KernelConfig, m: int, n: int, k: int, sms: int, group_size: int 
     """(K_lo, K_fill) for ``measure``: the deepest K (a multiple of the tile depth and of the
     group) whose stripes are one unit shorter than the layer's, and the deepest whose stripes
     are as long; K_lo is None when the layer's stripes are one unit long."""
-    step = cfg.tile_k * group_size // _gcd(cfg.tile_k, group_size)
+    step = math.lcm(cfg.tile_k, group_size)
     _, iters, _, _ = stripes(cfg, m, n, k, sms)
     fits = lambda kk, it: stripes(cfg, m, n, kk, sms)[1] <= it  # noqa: E731
     k_fill = k
@@ -69,12 +70,6 @@ def depths(cfg: KernelConfig, m: int, n: int, k: int, sms: int, group_size: int 
     while k_lo >= step and not fits(k_lo, iters - 1):
         k_lo -= step
     return (k_lo if k_lo >= step and iters > 1 else None), k_fill
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def measure(out: str, sets: str, ms: list[int], group_size: int = 128) -> int:
