@@ -96,6 +96,24 @@
 #define MARLIN_REFILL_LATE 0
 #endif
 
+// How a unit's weights, group scales and zero points reach shared memory (benchmarks/NOTES.md
+// entry 41). 0 (the default): cp.async, one 16-byte copy per thread and chunk, completed by the
+// cp.async groups. 1: on sm_90, one thread issues the unit's rows as bulk copies (cp.async.bulk,
+// the 1-D form of the tensor memory accelerator: PTX ISA s.9.7.9.25) that complete on the ring
+// slot's mbarrier (one per slot, its transaction count the slot's bytes); every thread waits on
+// it where it waits for its own cp.async groups, before the barrier that hands the slot over.
+// No thread holds addresses of weights. The activations stay on cp.async (rows past M are
+// zero-filled, and the wgmma layout swizzles them). 2: as 1, the bulk copies with an L2
+// evict-first policy (the weights are read once per launch). sm_80 builds ignore it.
+#ifndef MARLIN_BULK
+#define MARLIN_BULK 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MARLIN_SM90 1
+#else
+#define MARLIN_SM90 0
+#endif
+
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
 // 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
 // scripts/pdl_probe.py.
@@ -170,6 +188,65 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
 __device__ __forceinline__ void prefetch_l2(const void* glob) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(glob));
+}
+
+// ---- mbarriers and bulk copies (sm_90; PTX ISA s.9.7.13.15, s.9.7.9.25). A barrier is 8 bytes
+// of shared memory; its waits acquire at CTA scope, so the bytes a bulk copy completed on it
+// are visible to the waiting thread after the wait.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count)
+               : "memory");
+#endif
+}
+
+// Spins until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if __CUDA_ARCH__ >= 900
+  // The loop is inside the asm (labels are local to its braces): a loop in C++ here splits
+  // the unrolled main loop's block, and the 255-register wgmma builds spilled with it.
+  asm volatile("{\n .reg .pred p;\n"
+               "WAIT:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra WAIT;\n}\n"
+               ::"r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+// `bytes` (a multiple of 16) from global to shared memory, both 16-byte aligned, completing on
+// `bar` as transaction bytes. Called by a whole warp with the same operands in every lane: one
+// lane, chosen by elect.sync, issues the copy (so the compiler needs no loop over the lanes).
+// EVICT_FIRST: with an L2 policy that evicts these lines first.
+template <bool EVICT_FIRST>
+__device__ __forceinline__ void bulk_copy_warp(void* smem, const void* glob, uint32_t bytes,
+                                               uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (EVICT_FIRST) {
+    asm volatile("{\n .reg .pred p;\n .reg .b64 pol;\n"
+                 " elect.sync _|p, 0xffffffff;\n"
+                 " createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], pol;\n}\n"
+                 ::"r"(smem_addr(smem)), "l"(glob), "r"(bytes), "r"(bar) : "memory");
+  } else {
+    asm volatile("{\n .reg .pred p;\n"
+                 " elect.sync _|p, 0xffffffff;\n"
+                 " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n}\n"
+                 ::"r"(smem_addr(smem)), "l"(glob), "r"(bytes), "r"(bar) : "memory");
+  }
+#endif
+}
+
+// One arrival of one lane (elect.sync) of the calling warp on `bar`, adding `bytes` to the
+// phase's expected transaction count.
+__device__ __forceinline__ void mbar_arrive_expect_tx_warp(uint32_t bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n .reg .b64 state;\n"
+               " elect.sync _|p, 0xffffffff;\n"
+               " @p mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
+               ::"r"(bar), "r"(bytes) : "memory");
+#endif
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -568,7 +645,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr int RED_WARP =
       (WARP_TILES < 4 ? WARP_TILES * SW : (WM * 8 > 4 * SW ? WM * 8 : 4 * SW)) * 32;
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
-  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED;
+  // One mbarrier (8 bytes) per ring slot for MARLIN_BULK, reserved in every build so that
+  // builds of one config with and without it take the same shared memory.
+  static constexpr int BARS = (STAGES + 1) / 2;
+  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS;
+  static constexpr bool BULK = MARLIN_BULK != 0 && MARLIN_SM90;
+  // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
+  static constexpr int S_COPIES = PER_CHANNEL ? 0 : S_STAGE / S_ROW;
+  static constexpr int Z_COPIES = HAS_ZP ? Z_STAGE / Z_ROW : 0;
+  static constexpr uint32_t BULK_BYTES = 16u * (B_STAGE + S_STAGE + Z_STAGE);
 
   static_assert(THREADS == 128 || THREADS == 256 || THREADS == 512, "THREADS must be 128, 256 or 512");
   static_assert(M_BLOCKS >= 1 && (M_BLOCKS <= 4 || (WGMMA && SWAP == 16 && M_BLOCKS == 8)),
@@ -605,6 +690,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   int4* sh_s;
   int4* sh_z;
   float4* sh_red;
+  uint32_t bar_full;             // (BULK) shared address of the slots' mbarriers, 8 bytes each
+  uint32_t full_parity = 0;      // (BULK) the parity of the fill that bulk_wait awaits next
   int tid, lane, warp, nw, mw, kw;
 
   // MARLIN_PROBE 4: when this CTA reached each point of its timeline (%globaltimer_lo, ns):
@@ -792,6 +879,29 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   template <bool L2_ONLY = false>
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
+    if constexpr (BULK && !L2_ONLY) {
+      // Warp 0 (one lane of it): K_BLOCKS rows of B_ROW chunks, GROUPS_PER_STAGE rows of scales and of zero
+      // points, each row contiguous in global memory, into the slot as the copies below lay
+      // them out (every address here is the same for the whole CTA: uniform registers).
+      if (warp == 0) {
+        const uint32_t bar = bar_full + 8 * stage;
+        constexpr bool EF = MARLIN_BULK == 2;
+        mbar_arrive_expect_tx_warp(bar, BULK_BYTES);
+#pragma unroll
+        for (int r = 0; r < K_BLOCKS; r++)
+          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2), 16 * B_ROW, bar);
+        const int g0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
+#pragma unroll
+        for (int g = 0; g < S_COPIES; g++)
+          bulk_copy_warp<EF>(sh_s + stage * S_STAGE + g * S_ROW,
+                        S + (g0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW, bar);
+#pragma unroll
+        for (int g = 0; g < Z_COPIES; g++)
+          bulk_copy_warp<EF>(sh_z + stage * Z_STAGE + g * Z_ROW,
+                        Z + (g0 + g) * (prob_n / 32) + c.n_tile * Z_ROW, 16 * Z_ROW, bar);
+      }
+      return;
+    }
     // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
     {
       const int4* b_gl = c.b;
@@ -823,6 +933,31 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     if (c.unit < unit_end) fetch_to_shared(c, stage);
     cp_async_commit();
     advance(c);
+  }
+
+  // BULK: this thread waits until the bulk copies of the slot's next fill have landed. Every
+  // fill is awaited once by every thread, in the order of the units (fills past unit_end are
+  // neither issued nor awaited), and a slot is refilled only after the barrier that follows
+  // every thread's wait for its previous fill: a barrier never runs a phase ahead of a waiter.
+  __device__ __forceinline__ void bulk_wait(int stage) {
+    if constexpr (BULK) {
+      // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
+      // awaited flips after the last slot.
+      mbar_wait(bar_full + 8 * stage, full_parity);
+      if (stage == STAGES - 1) full_parity ^= 1u;
+    }
+  }
+
+  // BULK: the barriers, initialised and visible to the async proxy before the first copy.
+  __device__ __forceinline__ void bulk_init() {
+    if constexpr (BULK) {
+      if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) mbar_init(bar_full + 8 * s, 1);
+        fence_proxy_async_shared();
+      }
+      __syncthreads();
+    }
   }
 
   // ---- fetch to registers: one k16 step of one stage
@@ -1696,6 +1831,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // Prologue of both main loops: STAGES - 1 units in flight, the first one landed and visible
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
+    bulk_init();
     stamp(1);
 #if MARLIN_PDL == 3
     // Variant 3 (a control for the build's own cost): the wait first, then the usual prologue.
@@ -1740,6 +1876,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #endif
     stamp(2);
     cp_async_wait<STAGES - 2>();
+    bulk_wait(0);   // (unit_start < unit_end: CTAs without units have returned)
     if constexpr (WGMMA) fence_proxy_async_shared();
     __syncthreads();
   }
@@ -1773,6 +1910,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           // barrier below was last passed, so it can be refilled now.
           fetch_or_skip(fetch, refill);
           cp_async_wait<STAGES - 2>();
+          if constexpr (BULK) {
+            if (unit + 1 < unit_end) bulk_wait(next);
+            // The next refill (bulk copies: the async proxy) overwrites a slot this thread
+            // read through the generic proxy: those reads are ordered before it here.
+            fence_proxy_async_shared();
+          }
           __syncthreads();
           if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
             fetch_to_registers(regs[(sub + 1) % 2], next, 0);
@@ -1847,6 +1990,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         if (sub == K_SUB - 1) {
           // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
           cp_async_wait<STAGES - 3>();
+          if (unit + 1 < unit_end) bulk_wait(next);
           fence_proxy_async_shared();
           __syncthreads();
           if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
@@ -1965,6 +2109,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.sh_s = k.sh_b + STAGES * K::B_STAGE;
   k.sh_z = k.sh_s + STAGES * K::S_STAGE;
   k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
+  k.bar_full = smem_addr(k.sh_red + K::RED);
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
   // wgmma: broadcast from lane 0 so the compiler knows the warp index is warp-uniform; the

@@ -159,7 +159,8 @@ class KernelConfig:
         else:
             frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
-        return 16 * (self.stages * (a + b + s + z) + red)
+        bars = (self.stages + 1) // 2   # one 8-byte mbarrier per stage (MARLIN_BULK)
+        return 16 * (self.stages * (a + b + s + z) + red + bars)
 
     def problems(self) -> list:
         """Every violated constraint, as sentences (empty when the config is valid)."""
