@@ -104,9 +104,18 @@
 // it where it waits for its own cp.async groups, before the barrier that hands the slot over.
 // No thread holds addresses of weights. The activations stay on cp.async (rows past M are
 // zero-filled, and the wgmma layout swizzles them). 2: as 1, the bulk copies with an L2
-// evict-first policy (the weights are read once per launch). sm_80 builds ignore it.
+// evict-first policy (the weights are read once per launch). 3 (a measurement): as 1, without
+// the fence that orders the mma.sync loop's generic reads of a slot before its refill.
+// sm_80 builds ignore it.
 #ifndef MARLIN_BULK
 #define MARLIN_BULK 0
+#endif
+// A measurement build, never correct by the memory model: 1 drops the wgmma loop's
+// fence.proxy.async before the unit's barrier (which orders the cp.async writes of A before
+// wgmma's reads of them, and compiles to MEMBAR.ALL.CTA): what that fence costs bounds what
+// copying A through the async proxy could gain (benchmarks/NOTES.md entry 41).
+#ifndef MARLIN_NO_PROXY_FENCE
+#define MARLIN_NO_PROXY_FENCE 0
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
@@ -1914,7 +1923,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
             if (unit + 1 < unit_end) bulk_wait(next);
             // The next refill (bulk copies: the async proxy) overwrites a slot this thread
             // read through the generic proxy: those reads are ordered before it here.
-            fence_proxy_async_shared();
+            // (MARLIN_BULK 3, a measurement: without it, the barrier alone orders them.)
+            if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
           }
           __syncthreads();
           if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
@@ -1991,7 +2001,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
           cp_async_wait<STAGES - 3>();
           if (unit + 1 < unit_end) bulk_wait(next);
-          fence_proxy_async_shared();
+          if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
           __syncthreads();
           if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
           // Across a column's end the registers wait until after the epilogue (pressure).
