@@ -31,8 +31,11 @@ from .config import (KernelConfig, MAX_M_BLOCKS, group_blocks_for, m_bucket, M_B
 TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 16),
                (256, 8, 16), (256, 32, 8), (128, 4, 8))
 TUNE_STAGES = (3, 4, 6, 8)
-#: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
-TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
+#: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths;
+#: three and four from NOTES.md entry 42 on (at M <= 16 the loops are latency-bound, and a plain
+#: read of the weights is fastest with 2048 threads per SM: entry 15). Configs that spill under
+#: the launch bounds, or that the device cannot keep resident, are skipped while tuning.
+TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)), (3, (3, 4)), (4, (3, 4)))
 #: wgmma candidates (sm_90a devices): (threads, n_blocks, k_blocks), and the
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
 TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
@@ -47,6 +50,8 @@ TUNE_WGMMA_NARROW = ((256, 16, 4, 32), (256, 16, 8, 32), (512, 32, 4, 32), (512,
 #: CTAs per SM tried for wgmma: with 128 threads, two CTAs (each its own ring and barriers) fit
 #: the register file (255 registers each) and, at shallow depths, shared memory.
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
+#: ... and, at M <= 16 only (swap_ab = 1, 2: few accumulators), more CTAs per SM (entry 42).
+TUNE_WGMMA_SMALL_M_BLOCKS_PER_SM = {128: ((3, (3, 4)), (4, (3, 4))), 256: ((2, (3, 4)),)}
 #: ... and for the narrow-warp ones (256 threads: two CTAs fit the registers at 128 each).
 TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUNE_STAGES),)}
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
@@ -161,6 +166,47 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
+def parse_buckets(text: str) -> tuple:
+    """``"8,16"`` -> ``(8, 16)``; ``"rest"`` names the open bucket; empty: every bucket."""
+    if not text.strip():
+        return M_BUCKETS
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        b = M_BUCKETS[-1] if item == "rest" else int(item) if item.isdigit() else None
+        if b not in M_BUCKETS:
+            raise ValueError(f"unknown M bucket {item!r}: the buckets are "
+                             f"{', '.join(str(x) for x in M_BUCKETS[:-1])} and 'rest'")
+        out.append(b)
+    return tuple(dict.fromkeys(out))
+
+
+def merge_tables(base: dict, new: dict, shapes, buckets) -> dict:
+    """``base`` with the (layer, bucket) pairs that ``new`` tuned replaced by ``new``'s
+    measurements and entries; everything else, and ``base``'s other keys, kept. The result
+    carries ``new``'s provenance (commit, date, versions) and names the merged pairs."""
+    tuned = {(n, k, b) for (k, n) in shapes for b in buckets}
+
+    def key_m(r):
+        return (r["n"], r["k"], m_bucket(r["m"]))
+
+    def key_e(e):
+        return (e["n"], e["k"], e["m_bucket"])
+
+    out = dict(base)
+    for field in ("date", "git_commit", "git_dirty", "versions", "kernel_defines", "method"):
+        if field in new:
+            out[field] = new[field]
+        else:
+            out.pop(field, None)
+    out["measurements"] = [r for r in base["measurements"] if key_m(r) not in tuned] + \
+        new["measurements"]
+    out["entries"] = [e for e in base["entries"] if key_e(e) not in tuned] + new["entries"]
+    out.pop("reselected", None)
+    out["merged"] = {"base_git_commit": base.get("git_commit"), "base_date": base.get("date"),
+                     "buckets": [b for b in buckets], "layers": sorted({(k, n) for (k, n) in shapes})}
+    return out
+
+
 def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> list:
     """The fastest allowed config per (N, K, M bucket) among stored measurements."""
     best = {}
@@ -202,7 +248,9 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                     if _fits(cfg, n, k, smem_limit):
                         out.append(cfg)
     if wgmma:
-        shapes = [(t, nb, kb, 0, TUNE_WGMMA_BLOCKS_PER_SM[t]) for t, nb, kb in TUNE_WGMMA_SHAPES]
+        shapes = [(t, nb, kb, 0, TUNE_WGMMA_BLOCKS_PER_SM[t] +
+                   (TUNE_WGMMA_SMALL_M_BLOCKS_PER_SM[t] if m <= 16 else ()))
+                  for t, nb, kb in TUNE_WGMMA_SHAPES]
         if m > 16:
             shapes += [(t, nb, kb, wn, TUNE_NARROW_BLOCKS_PER_SM[t])
                        for t, nb, kb, wn in TUNE_WGMMA_NARROW]
@@ -300,7 +348,20 @@ def main(argv=None) -> int:
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
     p.add_argument("--arch", default="sm_90", help="architecture for --reselect")
+    p.add_argument("--buckets", default="",
+                   help="comma-separated M buckets to tune, by their upper end "
+                        f"({', '.join(str(b) for b in M_BUCKETS[:-1])}, or 'rest' for M > "
+                        f"{M_BUCKETS[-2]}); default: all")
+    p.add_argument("--merge", metavar="TABLE",
+                   help="with --buckets: start from TABLE and replace only the tuned buckets' "
+                        "measurements and entries of the tuned layers (same device and group size)")
     a = p.parse_args(argv)
+    try:
+        buckets = parse_buckets(a.buckets)
+    except ValueError as e:
+        p.error(str(e))
+    if a.merge and not a.buckets:
+        p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
     if a.reselect:
         path = Path(a.reselect)
         table = json.loads(path.read_text())
@@ -332,8 +393,19 @@ def main(argv=None) -> int:
         k, n = (int(v) for v in item.split(","))
         shapes.append((k, n))
     shapes = list(dict.fromkeys(shapes))
-    table = tune(shapes, a.group_size, progress=not a.no_progress, wgmma=a.wgmma,
-                 parallel_reduce=a.parallel_reduce)
+    base = None
+    if a.merge:
+        base = json.loads(Path(a.merge).read_text())
+        base_gs = {e["group_size"] for e in base["entries"]}
+        if base_gs != {a.group_size}:
+            p.error(f"--merge: {a.merge} holds group sizes {sorted(base_gs)}, not {a.group_size}")
+    table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
+                 wgmma=a.wgmma, parallel_reduce=a.parallel_reduce)
+    if base is not None:
+        if base.get("device_name") != table["device_name"]:
+            p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
+                    f"{table['device_name']!r}")
+        table = merge_tables(base, table, shapes, buckets)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))

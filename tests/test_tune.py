@@ -178,3 +178,63 @@ def test_every_shipped_entry_is_dispatched_at_every_m_of_its_bucket(monkeypatch,
                 assert got == want_m, (e, m, got.name)
     finally:
         tune.load_table.cache_clear()
+
+
+class TestPartialRetune:
+    """--buckets and --merge: re-tuning some buckets of a shipped table keeps the rest."""
+
+    def test_parse_buckets(self):
+        assert tune.parse_buckets("") == M_BUCKETS
+        assert tune.parse_buckets("16, 8,16") == (16, 8)
+        assert tune.parse_buckets("rest") == (M_BUCKETS[-1],)
+        for bad in ("7", "x", "-8"):
+            with pytest.raises(ValueError, match="unknown M bucket"):
+                tune.parse_buckets(bad)
+
+    def _table(self, commit, rows):
+        entries = tune.select_entries(rows, 128)
+        return {"kind": "tuned_table", "device_name": "NVIDIA H200", "git_commit": commit,
+                "date": commit, "versions": {"v": commit}, "entries": entries,
+                "measurements": rows, "reselected": {"arch": "sm_90", "dropped_spilling": []}}
+
+    def test_merge_replaces_only_the_tuned_pairs(self):
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        big = KernelConfig(256, 4, 16, 8, 4, 8, True).name
+        base = self._table("old", [
+            {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 20.0},
+            {"n": 8192, "k": 8192, "m": 16, "config": b, "median_us": 30.0},
+            {"n": 4096, "k": 4096, "m": 16, "config": a, "median_us": 5.0},   # layer not re-tuned
+            {"n": 8192, "k": 8192, "m": 256, "config": big, "median_us": 100.0},
+        ])
+        new = self._table("new", [
+            {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 21.0},
+            {"n": 8192, "k": 8192, "m": 16, "config": b, "median_us": 19.0},
+        ])
+        snapshot = json.loads(json.dumps(base))
+        out = tune.merge_tables(base, new, [(8192, 8192)], (16,))
+        by = {(e["n"], e["k"], e["m_bucket"]): e for e in out["entries"]}
+        assert by[(8192, 8192, 16)]["config"] == b          # the re-tuned pair: new winner
+        assert by[(4096, 4096, 16)]["median_us"] == 5.0     # another layer: kept
+        assert by[(8192, 8192, M_BUCKETS[-1])]["config"] == big   # another bucket: kept
+        assert len(out["entries"]) == 3
+        kept = [r for r in out["measurements"] if (r["n"], r["m"]) == (8192, 16)]
+        assert sorted(r["median_us"] for r in kept) == [19.0, 21.0]   # old rows of the pair gone
+        assert len(out["measurements"]) == 4
+        assert out["git_commit"] == "new" and out["merged"]["base_git_commit"] == "old"
+        assert "reselected" not in out   # the merged table must be reselected again
+        assert base == snapshot   # the base table is not modified
+
+    def test_merge_needs_buckets(self, capsys):
+        with pytest.raises(SystemExit):
+            tune.main(["--merge", "x.json"])
+        assert "--merge needs --buckets" in capsys.readouterr().err
+
+
+def test_more_ctas_per_sm_only_at_small_m():
+    """Entry 42: three and four CTAs per SM are candidates for M <= 16 only."""
+    small = tune.candidates(16, 8192, 8192, 128, 232448, wgmma=True)
+    assert any(c.blocks_per_sm >= 3 for c in small if not c.wgmma)
+    assert any(c.blocks_per_sm >= 3 for c in small if c.wgmma)
+    large = tune.candidates(64, 8192, 8192, 128, 232448, wgmma=True)
+    assert all(c.blocks_per_sm <= 2 for c in large)
