@@ -31,11 +31,10 @@ from .config import (KernelConfig, MAX_M_BLOCKS, group_blocks_for, m_bucket, M_B
 TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 16),
                (256, 8, 16), (256, 32, 8), (128, 4, 8))
 TUNE_STAGES = (3, 4, 6, 8)
-#: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths;
-#: three and four from NOTES.md entry 42 on (at M <= 16 the loops are latency-bound, and a plain
-#: read of the weights is fastest with 2048 threads per SM: entry 15). Configs that spill under
-#: the launch bounds, or that the device cannot keep resident, are skipped while tuning.
-TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)), (3, (3, 4)), (4, (3, 4)))
+#: Two CTAs per SM (twice the warps to hide latency) are tried for small M at shallow depths.
+#: Three and four were measured at M <= 16 (NOTES.md entry 42: 0.4-9 % slower than the best of
+#: these on 22 of 24 layer-buckets, within 0.6 % on two) and are not candidates.
+TUNE_BLOCKS_PER_SM = ((1, TUNE_STAGES), (2, (3, 4)))
 #: wgmma candidates (sm_90a devices): (threads, n_blocks, k_blocks), and the
 #: swap_ab (8-row blocks per wgmma) tried per bucket.
 TUNE_WGMMA_SHAPES = ((128, 16, 4), (128, 16, 8), (256, 16, 4), (256, 16, 8), (256, 32, 4),
@@ -50,8 +49,6 @@ TUNE_WGMMA_NARROW = ((256, 16, 4, 32), (256, 16, 8, 32), (512, 32, 4, 32), (512,
 #: CTAs per SM tried for wgmma: with 128 threads, two CTAs (each its own ring and barriers) fit
 #: the register file (255 registers each) and, at shallow depths, shared memory.
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
-#: ... and, at M <= 16 only (swap_ab = 1, 2: few accumulators), more CTAs per SM (entry 42).
-TUNE_WGMMA_SMALL_M_BLOCKS_PER_SM = {128: ((3, (3, 4)), (4, (3, 4))), 256: ((2, (3, 4)),)}
 #: ... and for the narrow-warp ones (256 threads: two CTAs fit the registers at 128 each).
 TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUNE_STAGES),)}
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
@@ -248,9 +245,7 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                     if _fits(cfg, n, k, smem_limit):
                         out.append(cfg)
     if wgmma:
-        shapes = [(t, nb, kb, 0, TUNE_WGMMA_BLOCKS_PER_SM[t] +
-                   (TUNE_WGMMA_SMALL_M_BLOCKS_PER_SM[t] if m <= 16 else ()))
-                  for t, nb, kb in TUNE_WGMMA_SHAPES]
+        shapes = [(t, nb, kb, 0, TUNE_WGMMA_BLOCKS_PER_SM[t]) for t, nb, kb in TUNE_WGMMA_SHAPES]
         if m > 16:
             shapes += [(t, nb, kb, wn, TUNE_NARROW_BLOCKS_PER_SM[t])
                        for t, nb, kb, wn in TUNE_WGMMA_NARROW]

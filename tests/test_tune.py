@@ -230,11 +230,3 @@ class TestPartialRetune:
             tune.main(["--merge", "x.json"])
         assert "--merge needs --buckets" in capsys.readouterr().err
 
-
-def test_more_ctas_per_sm_only_at_small_m():
-    """Entry 42: three and four CTAs per SM are candidates for M <= 16 only."""
-    small = tune.candidates(16, 8192, 8192, 128, 232448, wgmma=True)
-    assert any(c.blocks_per_sm >= 3 for c in small if not c.wgmma)
-    assert any(c.blocks_per_sm >= 3 for c in small if c.wgmma)
-    large = tune.candidates(64, 8192, 8192, 128, 232448, wgmma=True)
-    assert all(c.blocks_per_sm <= 2 for c in large)
