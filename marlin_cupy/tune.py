@@ -10,7 +10,10 @@ current device before falling back to its heuristic. Tables live in two places:
   on the user's own GPU; it wins over the shipped table, and only for the same CuPy and NVRTC
   (a different NVRTC can allocate registers differently and change the winner).
 
-Entries are keyed by N, K, group size and M bucket within a device's table.
+Entries are keyed by N, K, group size and M bucket within a device's table. ``--buckets 8,16``
+tunes only those M buckets; with ``--merge TABLE`` the result is TABLE with just those buckets'
+measurements and entries replaced (for the tuned layers), e.g. to try new candidates at small M
+without a full run. A merged table should be ``--reselect``-ed again before it ships.
 
 Timing follows the benchmark harness (``bench.harness.Timer``): CUDA events with the host kept
 ahead by a spin kernel, weights rotated past the L2, median of the samples.
