@@ -45,3 +45,25 @@ def test_template_args_trail_only_up_to_the_last_non_default():
     assert tail(blocks_per_sm=2) == ["false", "0", "2"]
     assert tail(parallel_reduce=True, warp_n=16, blocks_per_sm=2) == ["true", "16", "2"]
     assert kernels.template_args(KernelConfig(**base), has_zp=True).split(", ")[6] == "true"
+
+
+# The experiment switches that benchmarks/NOTES.md measured and kept (default off): each must
+# still compile, so that an A/B of it can be re-run (scripts/ab_probe.py --define ...). A wgmma
+# instance for every switch, an mma.sync one for those that change its loop too; sm_90 (sm_90a
+# for wgmma). The shipped build of the same configs is checked by scripts/check_compile.py.
+WGMMA_CFG = "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32"
+MMA_CFG = "t256_m1_n16_k8_s4_g8_fp32_sw1_b2"
+SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
+    "MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3", "MARLIN_NO_PROXY_FENCE=1",
+    "MARLIN_REFILL_LATE=1", "MARLIN_WG_DEPTH=1", "MARLIN_WG_DEPTH=2")] + \
+    [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3")]
+
+
+@pytest.mark.parametrize("switch,name", SWITCH_CASES)
+def test_experiment_switches_compile(monkeypatch, switch, name):
+    cfg = KernelConfig.from_name(name)
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", switch)
+    src = kernels.marlin_source(cfg)
+    assert src.startswith(f"#define {switch.replace('=', ' ')}\n")
+    _, reports = jit.compile_offline(src, "sm_90" + cfg.arch_suffix)
+    assert kernels.marlin_entry(cfg) in {r.kernel for r in reports}
