@@ -97,12 +97,13 @@
 #endif
 
 // How a unit's weights, group scales and zero points reach shared memory (benchmarks/NOTES.md
-// entry 41). 0 (the default): cp.async, one 16-byte copy per thread and chunk, completed by the
-// cp.async groups. 1: on sm_90, one thread issues the unit's rows as bulk copies (cp.async.bulk,
-// the 1-D form of the tensor memory accelerator: PTX ISA s.9.7.9.25) that complete on the ring
+// entry 41; measured slower, kept for a build with a producer warp of its own). 0 (the default):
+// cp.async, one 16-byte copy per thread and chunk, completed by the cp.async groups. 1: on
+// sm_90, one elected lane of warp 0 issues the unit's rows as bulk copies (cp.async.bulk, the
+// 1-D form of the tensor memory accelerator: PTX ISA s.9.7.9.25) that complete on the ring
 // slot's mbarrier (one per slot, its transaction count the slot's bytes); every thread waits on
 // it where it waits for its own cp.async groups, before the barrier that hands the slot over.
-// No thread holds addresses of weights. The activations stay on cp.async (rows past M are
+// No other thread holds addresses of weights. The activations stay on cp.async (rows past M are
 // zero-filled, and the wgmma layout swizzles them). 2: as 1, the bulk copies with an L2
 // evict-first policy (the weights are read once per launch). 3 (a measurement): as 1, without
 // the fence that orders the mma.sync loop's generic reads of a slot before its refill.
@@ -234,8 +235,8 @@ __device__ __forceinline__ void bulk_copy_warp(void* smem, const void* glob, uin
     asm volatile("{\n .reg .pred p;\n .reg .b64 pol;\n"
                  " elect.sync _|p, 0xffffffff;\n"
                  " createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-                 " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1], %2, [%3], pol;\n}\n"
+                 " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1], %2, [%3], pol;\n}\n"
                  ::"r"(smem_addr(smem)), "l"(glob), "r"(bytes), "r"(bar) : "memory");
   } else {
     asm volatile("{\n .reg .pred p;\n"
@@ -889,25 +890,26 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   template <bool L2_ONLY = false>
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
     if constexpr (BULK && !L2_ONLY) {
-      // Warp 0 (one lane of it): K_BLOCKS rows of B_ROW chunks, GROUPS_PER_STAGE rows of scales and of zero
-      // points, each row contiguous in global memory, into the slot as the copies below lay
-      // them out (every address here is the same for the whole CTA: uniform registers).
+      // One elected lane of warp 0: K_BLOCKS rows of B_ROW chunks, GROUPS_PER_STAGE rows of
+      // scales and of zero points, each row contiguous in global memory, into the slot as the
+      // copies below lay them out (every address here is the same for the whole CTA).
       if (warp == 0) {
         const uint32_t bar = bar_full + 8 * stage;
         constexpr bool EF = MARLIN_BULK == 2;
         mbar_arrive_expect_tx_warp(bar, BULK_BYTES);
 #pragma unroll
         for (int r = 0; r < K_BLOCKS; r++)
-          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2), 16 * B_ROW, bar);
+          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2),
+                             16 * B_ROW, bar);
         const int g0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
 #pragma unroll
         for (int g = 0; g < S_COPIES; g++)
           bulk_copy_warp<EF>(sh_s + stage * S_STAGE + g * S_ROW,
-                        S + (g0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW, bar);
+                             S + (g0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW, bar);
 #pragma unroll
         for (int g = 0; g < Z_COPIES; g++)
           bulk_copy_warp<EF>(sh_z + stage * Z_STAGE + g * Z_ROW,
-                        Z + (g0 + g) * (prob_n / 32) + c.n_tile * Z_ROW, 16 * Z_ROW, bar);
+                             Z + (g0 + g) * (prob_n / 32) + c.n_tile * Z_ROW, 16 * Z_ROW, bar);
       }
       return;
     }
