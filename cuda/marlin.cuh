@@ -89,9 +89,9 @@
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
 // entry 40's profiles: the instructions right after the refill's cp.async wait on the copies'
 // address registers, about 4.5 % of the stall samples). 0 (the default): right after the
-// barrier, as measured so far. 1: after that step's group is issued, just before the wgmma
-// wait, so that the copies' registers are released while the warp waits anyway (prepared,
-// not measured).
+// barrier. 1: after that step's group is issued, just before the wgmma wait, so that the
+// copies' registers are released while the warp waits anyway (entry 41: 1.9-2.2 % slower with
+// symmetric weights, 0.2-0.5 % faster with zero points; kept for A/B).
 #ifndef MARLIN_REFILL_LATE
 #define MARLIN_REFILL_LATE 0
 #endif
@@ -889,6 +889,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   template <bool L2_ONLY = false>
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
+    const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
     if constexpr (BULK && !L2_ONLY) {
       // One elected lane of warp 0: K_BLOCKS rows of B_ROW chunks, GROUPS_PER_STAGE rows of
       // scales and of zero points, each row contiguous in global memory, into the slot as the
@@ -901,15 +902,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         for (int r = 0; r < K_BLOCKS; r++)
           bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2),
                              16 * B_ROW, bar);
-        const int g0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
 #pragma unroll
         for (int g = 0; g < S_COPIES; g++)
           bulk_copy_warp<EF>(sh_s + stage * S_STAGE + g * S_ROW,
-                             S + (g0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW, bar);
+                             S + (group0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW, bar);
 #pragma unroll
         for (int g = 0; g < Z_COPIES; g++)
           bulk_copy_warp<EF>(sh_z + stage * Z_STAGE + g * Z_ROW,
-                             Z + (g0 + g) * (prob_n / 32) + c.n_tile * Z_ROW, 16 * Z_ROW, bar);
+                             Z + (group0 + g) * (prob_n / 32) + c.n_tile * Z_ROW, 16 * Z_ROW,
+                             bar);
       }
       return;
     }
@@ -923,7 +924,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           copy16<L2_ONLY>(b_sh + i * THREADS, b_gl + b_gl_at(i));
       }
     }
-    const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
     if constexpr (!PER_CHANNEL) {
       static_assert(S_STAGE <= THREADS, "one scale copy per thread at most");
       if (tid < S_STAGE)
@@ -1332,11 +1332,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     return ln;
   }
   // Where the staged store of a column held whole at the stripe's end is compiled: after the
-  // main loop (staged_tail) in the sw8 instances with the parallel reduction, in place
-  // elsewhere. Chosen from the SASS (NOTES.md entry 36): in place, the sw8 parallel-reduction
-  // loops lost their descriptor arithmetic's uniform registers (7 R2UR per unit; loop 9-18
-  // instructions longer than with the store after it); the sw4 and sw16 ones are 1-6
-  // instructions shorter in place, the serial ones the same either way, and one of them spills
+  // main loop (staged_tail) in the parallel-reduction instances that MARLIN_EPI_TAIL names (sw8,
+  // and sw16 by default), in place elsewhere. Chosen from the SASS: in place, the sw8 loops lost
+  // their descriptor arithmetic's uniform registers (NOTES.md entry 36: 7 R2UR per unit, 9-18
+  // instructions longer), and so did the sw16 zero-point builds once the descriptor by
+  // addition reached them (entry 38). The serial instances keep it in place: one of them spills
   // with the store after the loop (t256_m8_n16_k8_s4_g8_fp32_sw16_wg at 255 registers).
   static constexpr bool EPI_TAIL = EPI_STAGE && PAR_REDUCE &&
                                    ((MARLIN_EPI_TAIL >= 1 && SWAP == 8) ||

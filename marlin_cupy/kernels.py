@@ -55,20 +55,30 @@ def defines() -> dict:
     macros) for every kernel built in this process, e.g. to run the GPU tests on an
     experimental build. It is read when a kernel is built: after changing it in a running
     process, call ``ops.reload_kernels()``."""
-    raw = os.environ.get("MARLIN_CUPY_DEFINES", "").strip()
+    return parse_defines(os.environ.get("MARLIN_CUPY_DEFINES", ""), "MARLIN_CUPY_DEFINES")
+
+
+def parse_defines(raw: str, what: str) -> dict:
+    """``"NAME=INT,NAME=INT"`` as ``{NAME: value}`` (empty items skipped); ``what`` names the
+    source in the error for a malformed item."""
     out = {}
     for item in filter(None, (v.strip() for v in raw.split(","))):
         m = _DEFINE.match(item)
         if not m:
-            raise ValueError(f"MARLIN_CUPY_DEFINES: {item!r} is not NAME=INTEGER "
+            raise ValueError(f"{what}: {item!r} is not NAME=INTEGER "
                              f"(upper-case macro name, integer value)")
         out[m.group(1)] = int(m.group(2))
     return out
 
 
+def define_lines(switches: dict) -> str:
+    """``#define`` lines for ``{NAME: value}``, in its order."""
+    return "".join(f"#define {name} {value}\n" for name, value in switches.items())
+
+
 def extra_defines() -> str:
     """``#define`` lines for the switches of ``defines()``, in their order."""
-    return "".join(f"#define {name} {value}\n" for name, value in defines().items())
+    return define_lines(defines())
 
 
 def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -> str:

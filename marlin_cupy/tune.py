@@ -203,7 +203,7 @@ def merge_tables(base: dict, new: dict, shapes, buckets) -> dict:
     out["entries"] = [e for e in base["entries"] if key_e(e) not in tuned] + new["entries"]
     out.pop("reselected", None)
     out["merged"] = {"base_git_commit": base.get("git_commit"), "base_date": base.get("date"),
-                     "buckets": [b for b in buckets], "layers": sorted({(k, n) for (k, n) in shapes})}
+                     "buckets": list(buckets), "layers": sorted({(k, n) for (k, n) in shapes})}
     return out
 
 
@@ -281,8 +281,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     from .records import environment
 
     facts = ops.device_facts()
-    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = dev["name"].decode() if isinstance(dev["name"], bytes) else str(dev["name"])
+    name = facts["name"]
     rng = np.random.default_rng(0)
     wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
@@ -397,12 +396,14 @@ def main(argv=None) -> int:
         base_gs = {e["group_size"] for e in base["entries"]}
         if base_gs != {a.group_size}:
             p.error(f"--merge: {a.merge} holds group sizes {sorted(base_gs)}, not {a.group_size}")
+        from .ops import device_facts
+        device = device_facts()["name"]
+        if base.get("device_name") != device:   # before minutes of tuning, not after
+            p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
+                    f"{device!r}")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce)
     if base is not None:
-        if base.get("device_name") != table["device_name"]:
-            p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
-                    f"{table['device_name']!r}")
         table = merge_tables(base, table, shapes, buckets)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     out.parent.mkdir(parents=True, exist_ok=True)

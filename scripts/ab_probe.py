@@ -61,18 +61,17 @@ def main(argv=None) -> int:
         p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds; use --base-define")
     ms = [int(v) for v in a.m.split(",")]
 
-    def define_line(spec):
-        """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]"."""
-        lines = []
-        for item in spec.split(","):
-            name, sep, value = item.strip().partition("=")
-            if not (sep and name and value):
-                p.error(f"{item!r} is not NAME=VALUE")
-            lines.append(f"#define {name} {value}\n")
-        return "".join(lines)
+    def define_line(spec, what):
+        """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]" (as $MARLIN_CUPY_DEFINES reads)."""
+        try:
+            return kernels.define_lines(kernels.parse_defines(spec, what))
+        except ValueError as e:
+            p.error(str(e))
 
-    prefix = define_line(a.define)
-    b_prefix = define_line(a.base_define) if a.base_define else ""
+    prefix = define_line(a.define, "--define")
+    if not prefix:
+        p.error("--define names no switch")
+    b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = set_shapes(a.sets)

@@ -223,3 +223,19 @@ def test_stripe_balance_depths_shorten_or_fill_the_stripes():
     lo, fill = sb.depths(k4, 128, 5120, 13824, 132)
     assert lo % 128 == 0 and fill % 128 == 0
     assert sb.depths(cfg, 64, 256, 1024, 132)[0] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--define", "MARLIN_BULK=1.5"], "--define: 'MARLIN_BULK=1.5' is not NAME=INTEGER"),
+    (["--define", ","], "--define names no switch"),
+    (["--define", "MARLIN_BULK=1", "--base-define", "bulk=1"], "--base-define: 'bulk=1'"),
+])
+def test_ab_probe_refuses_malformed_switches(args, message, tmp_path, monkeypatch, capsys):
+    """ab_probe parses its switches as $MARLIN_CUPY_DEFINES does, before touching a GPU."""
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    ab = _load("ab_probe")
+    with pytest.raises(SystemExit) as e:
+        ab.main([str(tmp_path / "out.json"), *args])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
