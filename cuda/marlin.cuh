@@ -259,6 +259,37 @@ __device__ __forceinline__ void mbar_arrive_expect_tx_warp(uint32_t bar, uint32_
 #endif
 }
 
+// One arrival of the calling thread on `bar` (release at CTA scope: its earlier reads and
+// writes of shared memory are ordered before the phase completes).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n"
+               ::"r"(bar) : "memory");
+#endif
+}
+
+// One arrival on `bar` by the copy hardware once every cp.async this thread issued so far has
+// completed (.noinc: it is one of the arrivals the barrier was initialised to expect).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// The warpgroup's per-thread register budget (sm_90a; every warp of the warpgroup executes it).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
@@ -586,12 +617,21 @@ template <> struct DescBase<true> { uint32_t a_desc_lo; };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1>
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false>
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
   static constexpr int WARPS = THREADS / 32;
+  // PRODUCER (warp specialization, config suffix _ws): THREADS compute threads, then one more
+  // warpgroup of COPY_T = 128 threads that issues every copy of the ring; each slot has a
+  // `full` mbarrier (the producer's copies arrive on it as they complete) and an `empty` one
+  // (every compute thread arrives once its reads of the slot are over). Without it the
+  // THREADS compute threads issue the copies themselves (COPY_T = THREADS).
+  static constexpr bool WS = PRODUCER;
+  static constexpr int COPY_T = WS ? 128 : THREADS;
+  static_assert(!WS || (WGMMA && MARLIN_BULK == 0),
+                "the producer warpgroup is built for the wgmma loop (and not with MARLIN_BULK)");
   // Columns per warp: WARP_N if given (wgmma only: 16, 32 or 64), else 64 (4 tiles of 16),
   // or 32 (2 tiles) in the wgmma instances with 16 blocks of 8 rows (SWAP == 16, m64n128k16),
   // whose accumulators are then 2 x 64 floats per thread, as sw8's 4 x 32. Narrower warps
@@ -657,7 +697,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
   // One mbarrier (8 bytes) per ring slot for MARLIN_BULK, reserved in every build so that
   // builds of one config with and without it take the same shared memory.
-  static constexpr int BARS = (STAGES + 1) / 2;
+  // With the producer, two per slot (full, then empty: STAGES of each).
+  static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
   static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS;
   static constexpr bool BULK = MARLIN_BULK != 0 && MARLIN_SM90;
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
@@ -700,9 +741,27 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   int4* sh_s;
   int4* sh_z;
   float4* sh_red;
-  uint32_t bar_full;             // (BULK) shared address of the slots' mbarriers, 8 bytes each
-  uint32_t full_parity = 0;      // (BULK) the parity of the fill that bulk_wait awaits next
+  uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
+  uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
   int tid, lane, warp, nw, mw, kw;
+
+  // A barrier of the compute threads: the whole CTA, or, with the producer warpgroup (which
+  // never joins one after the start), named barrier 1 over the THREADS compute threads.
+  static __device__ __forceinline__ void cta_sync() {
+    if constexpr (WS) asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    else __syncthreads();
+  }
+  static __device__ __forceinline__ bool cta_sync_or(bool p) {
+    if constexpr (WS) {
+      int r;
+      asm volatile("{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n"
+                   " bar.red.or.pred q, 1, %2, p;\n selp.s32 %0, 1, 0, q;\n}\n"
+                   : "=r"(r) : "r"(static_cast<int>(p)), "n"(THREADS) : "memory");
+      return r != 0;
+    } else {
+      return __syncthreads_or(p);
+    }
+  }
 
   // MARLIN_PROBE 4: when this CTA reached each point of its timeline (%globaltimer_lo, ns):
   //   0 kernel entry           1 setup done, prologue copies start   2 prologue copies issued
@@ -796,17 +855,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   }
 
   // Per-thread constant offsets of the copies, computed once. Copy i of a thread handles
-  // chunk tid + i * THREADS. In the wgmma instances, where THREADS chunks are whole rows, a
+  // chunk tid + i * COPY_T. In the wgmma instances, where COPY_T chunks are whole rows, a
   // multiple of 8 of them for A (the swizzle's period), copy i is copy 0 moved by compile-time
   // amounts, so only copy 0's offsets are kept ("affine"): fewer live registers, and no
   // per-unit recomputation from the thread index (the compiler rematerialized the tables
   // there). The mma.sync instances keep the tables: with the affine form the compiler's
   // allocation tips a 48-row instance into spilling, and their code stays as measured.
-  static constexpr int A_ITERS = (A_STAGE + THREADS - 1) / THREADS;
-  static constexpr int B_ITERS = (B_STAGE + THREADS - 1) / THREADS;
-  static constexpr int A_RS = THREADS / A_ROW;  // rows advanced per copy (when affine)
-  static constexpr bool A_AFFINE = WGMMA && THREADS % A_ROW == 0 && A_RS % 8 == 0;
-  static constexpr bool B_AFFINE = WGMMA && (THREADS % B_ROW == 0 || B_ROW % THREADS == 0);
+  static constexpr int A_ITERS = (A_STAGE + COPY_T - 1) / COPY_T;
+  static constexpr int B_ITERS = (B_STAGE + COPY_T - 1) / COPY_T;
+  static constexpr int A_RS = COPY_T / A_ROW;  // rows advanced per copy (when affine)
+  static constexpr bool A_AFFINE = WGMMA && COPY_T % A_ROW == 0 && A_RS % 8 == 0;
+  static constexpr bool B_AFFINE = WGMMA && (COPY_T % B_ROW == 0 || B_ROW % COPY_T == 0);
   static constexpr int A_TAB = A_AFFINE ? 1 : A_ITERS;
   static constexpr int B_TAB = B_AFFINE ? 1 : B_ITERS;
   int a_gl_off[A_TAB], a_sh_off[A_TAB], a_row[A_TAB];
@@ -827,20 +886,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   }
   __device__ __forceinline__ int b_gl_at(int i) const {
     if constexpr (!B_AFFINE) return b_gl_off[i];
-    else if constexpr (THREADS % B_ROW == 0)
-      return b_gl_off[0] + i * (THREADS / B_ROW) * (prob_n / 2);
+    else if constexpr (COPY_T % B_ROW == 0)
+      return b_gl_off[0] + i * (COPY_T / B_ROW) * (prob_n / 2);
     else
-      return b_gl_off[0] + (i / (B_ROW / THREADS)) * (prob_n / 2) + (i % (B_ROW / THREADS)) * THREADS;
+      return b_gl_off[0] + (i / (B_ROW / COPY_T)) * (prob_n / 2) + (i % (B_ROW / COPY_T)) * COPY_T;
   }
 
   __device__ __forceinline__ void init_fetch_offsets() {
     const int a_gl_stride = prob_k / 8;
 #pragma unroll
     for (int i = 0; i < A_TAB; i++) {
-      const int idx = tid + i * THREADS;
+      const int idx = tid + i * COPY_T;
       const int r = idx / A_ROW;
       const int c = idx % A_ROW;
-      a_row[i] = (A_AFFINE || A_STAGE % THREADS == 0 || idx < A_STAGE) ? r : TILE_M;  // TILE_M: no copy
+      a_row[i] = (A_AFFINE || A_STAGE % COPY_T == 0 || idx < A_STAGE) ? r : TILE_M;  // TILE_M: no copy
       a_gl_off[i] = r * a_gl_stride + c;
       // Chunk c of row r goes to c ^ (r % 8): ldmatrix then reads 8 rows of one logical
       // chunk from 8 different bank groups.
@@ -851,7 +910,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     const int b_gl_stride = prob_n / 2;
 #pragma unroll
     for (int i = 0; i < B_TAB; i++) {
-      const int idx = tid + i * THREADS;
+      const int idx = tid + i * COPY_T;
       b_gl_off[i] = (idx / B_ROW) * b_gl_stride + idx % B_ROW;
     }
     if constexpr (!PER_CHANNEL) s_gl_off = (tid / S_ROW) * (prob_n / 8) + tid % S_ROW;
@@ -872,7 +931,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       int4* a_sh = sh_a + stage * A_STAGE;
 #pragma unroll
       for (int i = 0; i < A_ITERS; i++) {
-        if (A_STAGE % THREADS == 0 || a_row_at(i) < TILE_M) {
+        if (A_STAGE % COPY_T == 0 || a_row_at(i) < TILE_M) {
           const bool valid = a_row_at(i) < rows_left;
           cp_async16_pred(a_sh + a_sh_at(i), valid ? a_gl + a_gl_at(i) : A, valid);
         }
@@ -920,18 +979,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       int4* b_sh = sh_b + stage * B_STAGE + tid;
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
-        if (B_STAGE % THREADS == 0 || tid + i * THREADS < B_STAGE)
-          copy16<L2_ONLY>(b_sh + i * THREADS, b_gl + b_gl_at(i));
+        if (B_STAGE % COPY_T == 0 || tid + i * COPY_T < B_STAGE)
+          copy16<L2_ONLY>(b_sh + i * COPY_T, b_gl + b_gl_at(i));
       }
     }
     if constexpr (!PER_CHANNEL) {
-      static_assert(S_STAGE <= THREADS, "one scale copy per thread at most");
+      static_assert(S_STAGE <= COPY_T, "one scale copy per thread at most");
       if (tid < S_STAGE)
         copy16<L2_ONLY>(sh_s + stage * S_STAGE + tid,
                    S + group0 * (prob_n / 8) + c.n_tile * S_ROW + s_gl_off);
     }
     if constexpr (HAS_ZP) {
-      static_assert(Z_STAGE <= THREADS, "one zero-point copy per thread at most");
+      static_assert(Z_STAGE <= COPY_T, "one zero-point copy per thread at most");
       if (tid < Z_STAGE)
         copy16<L2_ONLY>(sh_z + stage * Z_STAGE + tid,
                    Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
@@ -950,8 +1009,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // fill is awaited once by every thread, in the order of the units (fills past unit_end are
   // neither issued nor awaited), and a slot is refilled only after the barrier that follows
   // every thread's wait for its previous fill: a barrier never runs a phase ahead of a waiter.
+  // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
-    if constexpr (BULK) {
+    if constexpr (BULK || WS) {
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
       // awaited flips after the last slot.
       mbar_wait(bar_full + 8 * stage, full_parity);
@@ -1184,7 +1244,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
         for (int f = 0; f < NF; f++)
           dst[f * 32] = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
       }
-      __syncthreads();
+      cta_sync();
       if (kw < half) {
         const float4* src = sh_red + ((kw * M_WARPS + mw) * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
@@ -1196,7 +1256,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           acc[f][3] += v.w;
         }
       }
-      __syncthreads();
+      cta_sync();
     }
   }
 
@@ -1705,7 +1765,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       while (ld_acquire_gpu(locks + top) < count) {
       }
     }
-    __syncthreads();
+    cta_sync();
     stamp(7);
     // After the main loop and this barrier the stages are idle: the staged sum may use them.
     if constexpr (EPI_STAGE)
@@ -1714,7 +1774,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     else
       coop_sum<NF>(col % parallel, col / parallel, top, bottom,
                    static_cast<int>(blockIdx.x) - top, waiters);
-    __syncthreads();
+    cta_sync();
     stamp(8);
     if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
   }
@@ -1730,7 +1790,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
-    __syncthreads();
+    cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
       if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
@@ -1738,7 +1798,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
     if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
-    const bool sums = __syncthreads_or(last);
+    const bool sums = cta_sync_or(last);
     stamp_if_last(7);
     if (sums) sum_column(acc, slab, n_tile, top, bottom);
     stamp_if_last(8);
@@ -1774,7 +1834,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       if constexpr (EPI_STAGE) {
         if (last) {      // the stripe's end: the stages are idle once every warp is here
           if constexpr (EPI_TAIL) return true;   // staged_tail()
-          __syncthreads();
+          cta_sync();
           if (kw == 0) store_result_sw_staged(acc, slab, n_tile);
           return false;
         }
@@ -1796,7 +1856,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       while (ld_acquire_gpu(lock) != idx) {
       }
     }
-    __syncthreads();
+    cta_sync();
     stamp_if_last(7);
     if (kw == 0) {
       if constexpr (SWAP > 0) {
@@ -1817,7 +1877,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       }
     }
     // Published as above: the barrier, then thread 0's release.
-    __syncthreads();
+    cta_sync();
     stamp_if_last(8);
     if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
     return false;
@@ -1829,7 +1889,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   template <typename Acc>
   __device__ __forceinline__ void staged_tail(const Acc& acc) {
     const Cursor c = cursor_at(unit_end - 1);
-    __syncthreads();
+    cta_sync();
     if (kw == 0) store_result_sw_staged(acc, c.slab, c.n_tile);
   }
 
@@ -1842,6 +1902,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // Prologue of both main loops: STAGES - 1 units in flight, the first one landed and visible
   // to every warp (and, for wgmma, to the async proxy). `fetch` starts at unit_start.
   __device__ __forceinline__ void start_stream(Cursor& fetch) {
+    if constexpr (WS) {
+      // The producer fills the ring (the barriers were initialised before the roles split):
+      // wait for the first unit, then order its arrival before wgmma's async-proxy reads.
+      stamp(1);
+      stamp(2);
+      bulk_wait(0);
+      fence_proxy_async_shared();
+      return;
+    }
     bulk_init();
     stamp(1);
 #if MARLIN_PDL == 3
@@ -1889,7 +1958,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
     cp_async_wait<STAGES - 2>();
     bulk_wait(0);   // (unit_start < unit_end: CTAs without units have returned)
     if constexpr (WGMMA) fence_proxy_async_shared();
-    __syncthreads();
+    cta_sync();
   }
 
   __device__ __forceinline__ void run() {
@@ -1928,7 +1997,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
             // (MARLIN_BULK 3, a measurement: without it, the barrier alone orders them.)
             if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
           }
-          __syncthreads();
+          cta_sync();
           if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
             fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else if (MARLIN_PROBE != 1) {
@@ -2000,12 +2069,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
         if (sub == K_SUB - 1) {
+          if constexpr (WS) {
+            // Slot `refill` (unit - 1's) is free: this thread's wgmma groups that read it are
+            // complete (the waits of the steps before this one) and its weights were read
+            // into registers then. Then this thread waits for unit + 1 (the producer's fill)
+            // and orders that fill's writes (generic proxy) before wgmma's reads of it.
+            if (unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
+            if (unit + 1 < unit_end) {
+              bulk_wait(next);
+              fence_proxy_async_shared();
+            }
+          } else {
           // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
           cp_async_wait<STAGES - 3>();
           if (unit + 1 < unit_end) bulk_wait(next);
           if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
-          __syncthreads();
+          cta_sync();
           if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
+          }
           // Across a column's end the registers wait until after the epilogue (pressure).
           if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else {
@@ -2071,23 +2152,52 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       stage = next;
     }
     wgmma_wait<0>();
-    cp_async_wait<0>();
+    if constexpr (!WS) cp_async_wait<0>();
     if constexpr (EPI_TAIL) {
       if (tail) staged_tail(acc);
     }
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
+
+  // WS: the `empty` barriers follow the STAGES `full` ones.
+  __device__ __forceinline__ uint32_t bar_empty() const { return bar_full + 8 * STAGES; }
+
+  // WS: the producer warpgroup's loop (tid is 0..COPY_T - 1 here). It fills the ring in unit
+  // order, slot 0, 1, .., STAGES - 1, 0, ..; a fill of slot s from the second round on first
+  // waits for the compute threads' release of the unit before it in that slot (release r of a
+  // slot completes phase r, parity r & 1). Each thread's copies of a fill complete on the
+  // slot's `full` barrier through cp.async.mbarrier.arrive (COPY_T arrivals per phase), so
+  // the producer never waits for its own copies; the compute threads fence between that
+  // barrier and wgmma (start_stream, run_wgmma).
+  __device__ __forceinline__ void run_producer() {
+    Cursor fetch = cursor_at(unit_start);
+    int slot = 0;
+    uint32_t round = 0;
+    for (int unit = unit_start; unit < unit_end; unit++) {
+      if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
+      fetch_to_shared(fetch, slot);
+      cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
+      advance(fetch);
+      if (++slot == STAGES) {
+        slot = 0;
+        round++;
+      }
+    }
+    // Nothing of this CTA's shared memory is written after the compute threads' last wait,
+    // but the thread stays until its copies are done.
+    cp_async_wait<0>();
+  }
 };
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1>
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();
@@ -2133,7 +2243,32 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.mw = (k.warp / K::N_WARPS) % K::M_WARPS;
   k.kw = k.warp / (K::N_WARPS * K::M_WARPS);
 
-  k.init_fetch_offsets();
+  if constexpr (K::WS) {
+    // The ring's barriers, then the roles. The producer warpgroup gives registers to the
+    // compute warpgroups where the launch bounds leave them short (256 compute threads: 168
+    // per thread at launch, 40 for the producer, 232 for the others; 128 with two CTAs per SM:
+    // 128 at launch, 40 and 216).
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < STAGES; s++) {
+        mbar_init(k.bar_full + 8 * s, K::COPY_T);
+        mbar_init(k.bar_empty() + 8 * s, THREADS);
+      }
+    }
+    __syncthreads();
+    constexpr int POOL = 65536 / MIN_BLOCKS / (THREADS + K::COPY_T) / 8 * 8;
+    constexpr int MORE = (POOL * (THREADS + K::COPY_T) - 40 * K::COPY_T) / THREADS / 8 * 8;
+    constexpr bool SHIFT = POOL < 248;
+    if (threadIdx.x >= THREADS) {
+      if constexpr (SHIFT) setmaxnreg_dec<40>();
+      k.tid = threadIdx.x - THREADS;
+      k.init_fetch_offsets();
+      k.run_producer();
+      return;
+    }
+    if constexpr (SHIFT) setmaxnreg_inc<(MORE < 256 ? MORE : 256)>();
+  }
+  if constexpr (!K::WS) k.init_fetch_offsets();
   k.init_read_offsets();
   if constexpr (K::DESC_ADD) k.a_desc_lo = (smem_addr(k.sh_a) >> 4) | (1u << 16);
   if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();

@@ -66,6 +66,12 @@ class KernelConfig:
     #: per thread, at most 128), so more warps fit an SM: 512 threads, or two CTAs of 256
     #: (name: _w16, _w32, _w64).
     warp_n: int = 0
+    #: (wgmma only) warp specialization: one more warpgroup of 128 threads, launched after the
+    #: ``threads`` that compute, issues every copy of the ring (each slot's fill completes on
+    #: an mbarrier; the compute warps release a slot on another), so the compute warps never
+    #: touch a global address and never wait at a CTA-wide barrier in the loop. With 256 compute
+    #: threads the producer gives up registers to them (setmaxnreg: 40 and 232). Name: _ws.
+    producer: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -90,6 +96,26 @@ class KernelConfig:
     @property
     def k_warps(self) -> int:
         return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
+
+    @property
+    def launch_threads(self) -> int:
+        """Threads per CTA at launch: ``threads``, plus the producer warpgroup's 128."""
+        return self.threads + (128 if self.producer else 0)
+
+    @property
+    def producer_registers(self) -> tuple | None:
+        """(producer) Registers per thread (at launch, of the producer warpgroup, of the compute
+        threads) where the producer gives some of its share to the compute threads
+        (``setmaxnreg``; the same constexprs as ``marlin_kernel``), else None. The launch
+        count is what ``__launch_bounds__`` allows; a kernel compiled to fewer would leave
+        the compute threads waiting for registers forever, so ``ops`` checks it."""
+        if not self.producer:
+            return None
+        pool = 65536 // self.blocks_per_sm // self.launch_threads // 8 * 8
+        if pool >= 248:
+            return None
+        more = (pool * self.launch_threads - 40 * 128) // self.threads // 8 * 8
+        return pool, 40, min(more, 256)
 
     @property
     def tile_m(self) -> int:
@@ -121,11 +147,12 @@ class KernelConfig:
         swap = f"_sw{self.swap_ab}" if self.swap_ab else ""
         wg = "_wg" if self.wgmma else ""
         wn = f"_w{self.warp_n}" if self.warp_n else ""
+        ws = "_ws" if self.producer else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -136,11 +163,12 @@ class KernelConfig:
                              f"per-channel scales; then fp32, fp32par (parallel) or fp16 global "
                              f"reduction; optional "
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
-                             f"for its columns per warp, then _b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, wn, occ = m.groups()
+                             f"for its columns per warp, _ws for a producer warpgroup, then _b2 for two "
+                             f"CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
-                   red == "fp32par", int(wn) if wn else 0)
+                   red == "fp32par", int(wn) if wn else 0, bool(ws))
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -159,7 +187,8 @@ class KernelConfig:
         else:
             frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
-        bars = (self.stages + 1) // 2   # one 8-byte mbarrier per stage (MARLIN_BULK)
+        # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty).
+        bars = self.stages if self.producer else (self.stages + 1) // 2
         return 16 * (self.stages * (a + b + s + z) + red + bars)
 
     def problems(self) -> list:
@@ -215,6 +244,12 @@ class KernelConfig:
             errs.append(f"{self.warp_cols} columns per warp x {8 * self.swap_ab} rows need "
                         f"{self.warp_cols // 16 * self.swap_ab * 4} accumulators per thread; at "
                         f"most 128 (use warp_n=32 or fewer columns)")
+        if self.producer and (not self.wgmma or (self.threads, self.blocks_per_sm) not in
+                              ((256, 1), (128, 1), (128, 2))):
+            errs.append(f"producer (a warpgroup issuing the copies) needs wgmma, with 256 "
+                        f"compute threads and one CTA per SM or 128 and one or two (got "
+                        f"wgmma={self.wgmma}, threads={self.threads}, "
+                        f"blocks_per_sm={self.blocks_per_sm})")
         if self.parallel_reduce and not self.fp32_reduce:
             errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
         g, kb = self.group_blocks, self.thread_k_blocks
@@ -296,7 +331,11 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     # narrower warps (warp_n): 32 or 16 columns, 512 threads or two CTAs of 256 per SM
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg_w32",
     "t512_m8_n16_k8_s3_g8_fp32_sw16_wg_w16", "t256_m8_n8_k4_s4_g2_fp16_sw16_wg_w16_b2",
-    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_w32_b2"))
+    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_w32_b2",
+    # a producer warpgroup (warp specialization): 256 compute threads (registers moved to them
+    # with setmaxnreg), 128 (none moved), per-channel scales, swap_ab = 2, 4, 8, 16
+    "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_ws", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg_ws",
+    "t256_m2_n16_k8_s6_g8_fp32_sw4_wg_w32_ws", "t256_m8_n8_k8_s4_gc_fp32_sw16_wg_ws"))
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
@@ -310,7 +349,13 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg",
     "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
     "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg", "t512_m4_n16_k8_s4_g8_fp32par_sw8_wg_w16",
-    "t256_m4_n16_k4_s4_g8_fp32par_sw8_wg_w32_b2"))
+    "t256_m4_n16_k4_s4_g8_fp32par_sw8_wg_w32_b2",
+    # with the producer warpgroup: the shared sum, and two CTAs per SM (216 registers each)
+    "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws", "t128_m1_n16_k8_s4_g8_fp32par_sw2_wg_ws_b2"))
+
+#: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
+#: without one (the same sums in the same order, only the copies move).
+PRODUCER_EXAMPLES = tuple(c for c in WGMMA_EXAMPLES + PARALLEL_REDUCE_EXAMPLES if c.producer)
 
 
 def tuned_instances() -> dict:

@@ -17,13 +17,14 @@ def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
 
 def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
     """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``; the trailing
-    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS) only up to the last that differs from its default, so
+    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER) only up to the last that differs from its default, so
     that instances which do not use them keep their source text (and kernel cache key)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     args = [cfg.threads, cfg.thread_m_blocks, cfg.thread_n_blocks, cfg.thread_k_blocks,
             cfg.stages, cfg.group_blocks, b(has_zp), b(cfg.fp32_reduce), cfg.swap_ab,
             b(cfg.wgmma)]
-    optional = [(b(cfg.parallel_reduce), "false"), (cfg.warp_n, 0), (cfg.blocks_per_sm, 1)]
+    optional = [(b(cfg.parallel_reduce), "false"), (cfg.warp_n, 0), (cfg.blocks_per_sm, 1),
+                (b(cfg.producer), "false")]
     while optional and optional[-1][0] == optional[-1][1]:
         optional.pop()
     return ", ".join(str(v) for v in args + [v for v, _ in optional])
@@ -32,7 +33,7 @@ def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
 def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
     targs = template_args(cfg, has_zp)
     return (
-        f'extern "C" __global__ void __launch_bounds__({cfg.threads}, {cfg.blocks_per_sm})\n'
+        f'extern "C" __global__ void __launch_bounds__({cfg.launch_threads}, {cfg.blocks_per_sm})\n'
         f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"
         f"    int4* C, float4* scratch, int* locks, int prob_m, int prob_n, int prob_k,\n"
         f"    int parallel) {{\n"

@@ -118,7 +118,7 @@ def resident_ctas(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) ->
     once (occupancy calculator)."""
     from cupy_backends.cuda.api import driver
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        _kernel(cfg, has_zp, pdl).kernel.ptr, cfg.threads, cfg.smem_bytes(has_zp))
+        _kernel(cfg, has_zp, pdl).kernel.ptr, cfg.launch_threads, cfg.smem_bytes(has_zp))
 
 
 def kernel_resources(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) -> dict:
@@ -290,8 +290,15 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     resident = resident_ctas(cfg, has_zp, pdl)
     if resident < 1:
         raise ValueError(f"config {cfg.name} cannot launch on this device (no CTA fits an SM: "
-                         f"{kernel.num_regs} registers x {cfg.threads} threads, "
+                         f"{kernel.num_regs} registers x {cfg.launch_threads} threads, "
                          f"{cfg.smem_bytes(has_zp)} bytes of shared memory).")
+    regs = cfg.producer_registers
+    if regs is not None and -(-kernel.num_regs // 8) * 8 < regs[0]:
+        # setmaxnreg.inc would wait forever for registers the CTA was never given.
+        raise ValueError(f"config {cfg.name} was compiled to {kernel.num_regs} registers per "
+                         f"thread; its producer warpgroup hands registers over on the "
+                         f"assumption of {regs[0]} at launch (__launch_bounds__), so it cannot "
+                         f"run safely.")
     per_sm = min(cfg.blocks_per_sm, resident)
     cap = facts["sms"] * per_sm
     grid = min(units, cap if max_ctas is None else min(max_ctas, cap))
@@ -304,7 +311,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
                                facts["smem_optin"])
         if kernel.max_dynamic_shared_size_bytes < smem:
             kernel.max_dynamic_shared_size_bytes = smem
-    return Plan(cfg, kernel, grid, cfg.threads, parallel, smem, slots * cfg.tile_m * cfg.tile_n)
+    return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem, slots * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.

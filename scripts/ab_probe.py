@@ -1,6 +1,8 @@
-"""A/B of a compile-time switch of cuda/marlin.cuh on real layers (needs a GPU).
+"""A/B of a compile-time switch of cuda/marlin.cuh, or of a config variant, on real layers
+(needs a GPU).
 
-    python3 scripts/ab_probe.py OUT.json --define NAME=VALUE[,NAME=VALUE] [--only-par]
+    python3 scripts/ab_probe.py OUT.json (--define NAME=VALUE[,NAME=VALUE] | --variant FIELD)
+                                [--only-par]
                                 [--sets llama2-7b,llama2-13b,llama2-70b]
                                 [--m 1,8,16,32,48,64,128,256] [--top 0] [--zp]
 
@@ -18,6 +20,10 @@ random zero points (default: symmetric weights, as the tuner and the benchmark).
 ``ops.use_kernel`` and the script checks that the launch plan really holds it: the versions
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.
+
+``--variant producer`` compares configs instead of builds: A is each config with that boolean
+field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45), B
+the config itself; configs whose variant is not valid are skipped.
 """
 from __future__ import annotations
 
@@ -44,8 +50,10 @@ from marlin_cupy.tune import probe_configs, shipped_path  # noqa: E402
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--define", required=True,
+    p.add_argument("--define", default="",
                    help="NAME=VALUE[,NAME=VALUE...] for the A build")
+    p.add_argument("--variant", default="", choices=("", "producer"),
+                   help="A: each config with this field set (instead of --define)")
     p.add_argument("--only-par", action="store_true")
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
@@ -68,22 +76,35 @@ def main(argv=None) -> int:
         except ValueError as e:
             p.error(str(e))
 
-    prefix = define_line(a.define, "--define")
-    if not prefix:
-        p.error("--define names no switch")
+    prefix = define_line(a.define, "--define") if a.define else ""
+    if bool(prefix) == bool(a.variant):
+        p.error("give one of --define (naming a switch) or --variant")
     b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = set_shapes(a.sets)
+    def variant(c):
+        """The A config of --variant (None where that variant is not a valid config)."""
+        v = c.with_(**{a.variant: True})
+        return None if v == c or v.problems() else v
+
     plan = {(k, n, m): [c for c in probe_configs(facts["name"], m, n, k, a.group_size, a.top)
-                        if c.parallel_reduce or not a.only_par]
+                        if (c.parallel_reduce or not a.only_par)
+                        and (not a.variant or variant(c) is not None)]
             for (k, n) in shapes for m in ms}
     cfgs = {c for cs in plan.values() for c in cs}
     zp = a.zp
-    jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
-                   + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs],
-                   os.cpu_count() or 4)
-    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in cfgs}
+    if a.variant:
+        a_cfgs = {c: variant(c) for c in cfgs}
+        jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix)
+                        for c in list(cfgs) + list(a_cfgs.values())], os.cpu_count() or 4)
+        a_kernels = {c: ops.build_kernel(a_cfgs[c], zp) for c in cfgs}
+    else:
+        a_cfgs = {c: c for c in cfgs}
+        jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
+                       + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs],
+                       os.cpu_count() or 4)
+        a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in cfgs}
     b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
@@ -98,14 +119,23 @@ def main(argv=None) -> int:
         for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng, zero_points=zp):
             copies = len(mws)
             for cfg in plan[(k, n, m)]:
+                acfg = a_cfgs[cfg]
                 row = {"k": k, "n": n, "m": m, "config": cfg.name}
+                if a.variant:
+                    row["a_config"] = acfg.name
                 try:
                     run = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
+                    run_a = lambda i: ops.matmul(x, mws[i], config=acfg)  # noqa: E731
                     t_old, t_new = [], []
                     # A B B A: a drift of the clock or the memory over the four
                     # measurements falls on both builds alike.
                     for build in "ABBA":
-                        if build == "A":
+                        if build == "A" and a.variant:
+                            assert ops.plan(m, n, k, a.group_size, has_zp=zp,
+                                            config=acfg).config == acfg
+                            y_old = ops.matmul(x, mws[0], config=acfg)
+                            t_old.append(timer.measure(run_a, copies).stats.median_us)
+                        elif build == "A":
                             with ops.use_kernel(cfg, a_kernels[cfg], has_zp=zp):
                                 # The launch path must really take the A build.
                                 assert ops.plan(m, n, k, a.group_size, has_zp=zp,
@@ -145,7 +175,8 @@ def main(argv=None) -> int:
         print(f"M={m}: dispatched configs summed, A {b:.1f} us, B {nb:.1f} us "
               f"({b / nb - 1:+.1%})")
     with open(a.out, "w") as f:
-        json.dump({"kind": "ab_probe", "define": a.define, "base_define": a.base_define or None,
+        json.dump({"kind": "ab_probe", "define": a.define or None, "variant": a.variant or None,
+                   "base_define": a.base_define or None,
                    "sets": a.sets, "zero_points": zp,
                    "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,

@@ -22,6 +22,8 @@ INVALID = {
     # 32-column warps: 64 columns are 2 warps, not a warpgroup
     "wgmma16_n_blocks": KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=4,
                                      thread_k_blocks=8, swap_ab=16, wgmma=True),
+    # a producer warpgroup only for the wgmma loop
+    "producer_mma_sync": KernelConfig(producer=True),
 }
 
 
@@ -72,10 +74,30 @@ class TestNames:
         KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
                      parallel_reduce=True),
         KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=8, thread_k_blocks=4,
-                     swap_ab=16, wgmma=True, blocks_per_sm=2)],
+                     swap_ab=16, wgmma=True, blocks_per_sm=2),
+        KernelConfig(thread_m_blocks=4, thread_k_blocks=8, swap_ab=8, wgmma=True,
+                     parallel_reduce=True, warp_n=32, producer=True),
+        KernelConfig(threads=128, thread_k_blocks=8, swap_ab=2, wgmma=True, producer=True,
+                     blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg
+
+    def test_producer_geometry(self):
+        """The producer warpgroup adds 128 launched threads and an `empty` mbarrier per slot,
+        and is refused where the kernel has no register plan for it."""
+        base = KernelConfig(thread_m_blocks=4, thread_k_blocks=8, swap_ab=8, wgmma=True)
+        ws = base.with_(producer=True)
+        assert ws.name == base.name + "_ws" and ws.launch_threads == 384
+        assert base.launch_threads == 256
+        assert ws.smem_bytes(False) - base.smem_bytes(False) == 16 * (4 - 2)
+        assert ws.producer_registers == (168, 40, 232)
+        assert ws.with_(threads=128, blocks_per_sm=2).producer_registers == (128, 40, 216)
+        assert ws.with_(threads=128).producer_registers is None
+        for bad in (ws.with_(threads=512, thread_m_blocks=8, swap_ab=16, warp_n=16),
+                    ws.with_(blocks_per_sm=2)):
+            with pytest.raises(ValueError, match="producer"):
+                bad.validate()
 
     def test_bad_name_says_the_form(self):
         with pytest.raises(ValueError, match="t256_m1_n16_k4_s4_g8_fp32"):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
-from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES,
-                                KernelConfig, tuned_instances)
+from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
+                                WGMMA_EXAMPLES, KernelConfig, tuned_instances)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
@@ -198,6 +198,52 @@ class TestParallelReduction:
         cp.cuda.get_current_stream().synchronize()
         assert int(cp.count_nonzero(workspace().locks)) == 0
         judge(cp.asnumpy(x), qw, first)
+
+
+class TestProducer:
+    """A producer warpgroup only moves the copies: the compute threads add the same products in
+    the same order, so its outputs equal its twin's bit for bit, on every partition (stripes
+    that start and end mid-column, CTAs of one unit, more slots than units), symmetric and
+    with zero points, and over many calls (the barriers' phases carry across none)."""
+
+    @pytest.mark.parametrize("cfg", PRODUCER_EXAMPLES, ids=lambda c: c.name)
+    def test_equals_twin_without_producer(self, cfg):
+        _skip_unless_runs(cfg, True)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 1)
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        twin = cfg.with_(producer=False)
+        for k_tiles, n_tiles in ((24, 2), (3, 5)):
+            k, n = k_tiles * max(cfg.tile_k, 128), n_tiles * cfg.tile_n
+            for sym in (True, False):
+                qw = make_weight(rng, k, n, group, sym=sym)
+                mw = mc.pack(qw).to_device()
+                for m in ((5, 8) if cfg.max_m == 8 else (1, cfg.tile_m - 3, 2 * cfg.tile_m + 1)):
+                    x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                    for max_ctas in (None, 1, 3, 7, 40):
+                        got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                        want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
+                        assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16)), \
+                            (k, n, m, max_ctas, sym)
+                        if max_ctas is None:
+                            judge(cp.asnumpy(x), qw, got)
+        # Many launches in a row (a stale barrier phase would hang or corrupt one of them).
+        first = mc.matmul(x, mw, config=cfg)
+        for _ in range(20):
+            assert cp.array_equal(first.view(cp.uint16),
+                                  mc.matmul(x, mw, config=cfg).view(cp.uint16))
+
+    def test_register_handover_matches_launch_bounds(self):
+        """The kernel is compiled to the register count its setmaxnreg arithmetic assumes."""
+        from marlin_cupy.ops import kernel_resources
+        for cfg in PRODUCER_EXAMPLES:
+            _skip_unless_runs(cfg, True)
+            regs = cfg.producer_registers
+            for zp in (False, True):
+                got = kernel_resources(cfg, zp)["registers"]
+                if regs is None:
+                    assert got <= 255
+                else:
+                    assert -(-got // 8) * 8 == regs[0], (cfg.name, zp, got)
 
 
 class TestDeterminismAndWorkspace:
