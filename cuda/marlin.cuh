@@ -118,6 +118,13 @@
 #ifndef MARLIN_NO_PROXY_FENCE
 #define MARLIN_NO_PROXY_FENCE 0
 #endif
+// The producer builds (config suffix _ws): where the compute threads release the previous
+// unit's ring slot. 1: after step 1 of the unit (its wait completes every group of the unit
+// before), so the producer refills the slot a unit earlier; 0: in the unit's last step, where
+// the builds without a producer refill it (NOTES.md entry 45).
+#ifndef MARLIN_WS_RELEASE
+#define MARLIN_WS_RELEASE 1
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
 #else
@@ -648,6 +655,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr int WM = M_BLOCKS / M_WARPS;    // m16 blocks per warp
   static constexpr int K_WARPS = WARPS / (N_WARPS * M_WARPS);  // warps splitting K
   static constexpr int K_SUB = K_BLOCKS / K_WARPS; // k16 steps per warp per stage
+  // WS: where the compute threads release a slot (MARLIN_WS_RELEASE); step 1 needs two steps.
+  static constexpr bool WS_EARLY = WS && MARLIN_WS_RELEASE == 1 && K_SUB >= 2;
   static constexpr int TILE_M = 16 * M_BLOCKS;
   static constexpr int TILE_N = 16 * N_BLOCKS;
   static constexpr int TILE_K = 16 * K_BLOCKS;
@@ -2074,7 +2083,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
             // complete (the waits of the steps before this one) and its weights were read
             // into registers then. Then this thread waits for unit + 1 (the producer's fill)
             // and orders that fill's writes (generic proxy) before wgmma's reads of it.
-            if (unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
+            if (!WS_EARLY && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
             if (unit + 1 < unit_end) {
               bulk_wait(next);
               fence_proxy_async_shared();
@@ -2117,6 +2126,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
           issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
           late_refill();
           wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
+        }
+        // WS_EARLY: the wait above left at most this unit's steps 0 and 1 pending, so every
+        // group that read the previous unit's slot is complete (and its weights, read one step
+        // ahead into registers, were read long before): the producer may refill the slot.
+        if constexpr (WS_EARLY) {
+          if (sub == 1 && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
         }
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].

@@ -54,6 +54,9 @@ TUNE_WGMMA_NARROW = ((256, 16, 4, 32), (256, 16, 8, 32), (512, 32, 4, 32), (512,
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
 #: ... and for the narrow-warp ones (256 threads: two CTAs fit the registers at 128 each).
 TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUNE_STAGES),)}
+#: Each wgmma candidate is also tried with a producer warpgroup (``producer``, NOTES.md entry 45)
+#: where that is valid (128 or 256 compute threads, one CTA per SM; 128 with two).
+TUNE_PRODUCER = True
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
@@ -260,6 +263,9 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
                                            blocks, swap, wgmma=True, warp_n=wn)
                         if _fits(cfg, n, k, smem_limit):
                             out.append(cfg)
+                        ws = cfg.with_(producer=True)
+                        if TUNE_PRODUCER and not ws.problems() and _fits(ws, n, k, smem_limit):
+                            out.append(ws)
     if parallel_reduce:
         # Each candidate again with the parallel cross-CTA reduction: it wins where many CTAs
         # share a column (deep K, narrow N) and loses a little where two do (NOTES.md entry 12).

@@ -23,7 +23,8 @@ kernel dict, so both of their columns timed one build and those A/Bs are void.
 
 ``--variant producer`` compares configs instead of builds: A is each config with that boolean
 field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45), B
-the config itself; configs whose variant is not valid are skipped.
+the config itself; configs whose variant is not valid are skipped. With ``--define`` as well,
+the A config is built with those switches (a variant of the variant against the base).
 """
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def main(argv=None) -> int:
             p.error(str(e))
 
     prefix = define_line(a.define, "--define") if a.define else ""
-    if bool(prefix) == bool(a.variant):
-        p.error("give one of --define (naming a switch) or --variant")
+    if not prefix and not a.variant:
+        p.error("give --define (naming a switch), --variant, or both")
     b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
@@ -96,9 +97,10 @@ def main(argv=None) -> int:
     zp = a.zp
     if a.variant:
         a_cfgs = {c: variant(c) for c in cfgs}
-        jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix)
-                        for c in list(cfgs) + list(a_cfgs.values())], os.cpu_count() or 4)
-        a_kernels = {c: ops.build_kernel(a_cfgs[c], zp) for c in cfgs}
+        jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
+                       + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix)
+                          for c in a_cfgs.values()], os.cpu_count() or 4)
+        a_kernels = {c: ops.build_kernel(a_cfgs[c], zp, prefix=prefix) for c in cfgs}
     else:
         a_cfgs = {c: c for c in cfgs}
         jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
@@ -131,10 +133,11 @@ def main(argv=None) -> int:
                     # measurements falls on both builds alike.
                     for build in "ABBA":
                         if build == "A" and a.variant:
-                            assert ops.plan(m, n, k, a.group_size, has_zp=zp,
-                                            config=acfg).config == acfg
-                            y_old = ops.matmul(x, mws[0], config=acfg)
-                            t_old.append(timer.measure(run_a, copies).stats.median_us)
+                            with ops.use_kernel(acfg, a_kernels[cfg], has_zp=zp):
+                                assert ops.plan(m, n, k, a.group_size, has_zp=zp,
+                                                config=acfg).kernel is a_kernels[cfg]
+                                y_old = ops.matmul(x, mws[0], config=acfg)
+                                t_old.append(timer.measure(run_a, copies).stats.median_us)
                         elif build == "A":
                             with ops.use_kernel(cfg, a_kernels[cfg], has_zp=zp):
                                 # The launch path must really take the A build.

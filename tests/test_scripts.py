@@ -227,9 +227,9 @@ def test_stripe_balance_depths_shorten_or_fill_the_stripes():
 
 @pytest.mark.parametrize("args, message", [
     (["--define", "MARLIN_BULK=1.5"], "--define: 'MARLIN_BULK=1.5' is not NAME=INTEGER"),
-    (["--define", ","], "give one of --define (naming a switch) or --variant"),
-    ([], "give one of --define (naming a switch) or --variant"),
-    (["--define", "MARLIN_BULK=1", "--variant", "producer"], "give one of --define"),
+    (["--define", ","], "give --define (naming a switch), --variant, or both"),
+    ([], "give --define (naming a switch), --variant, or both"),
+    (["--variant", "fast"], "invalid choice: 'fast'"),
     (["--define", "MARLIN_BULK=1", "--base-define", "bulk=1"], "--base-define: 'bulk=1'"),
 ])
 def test_ab_probe_refuses_malformed_switches(args, message, tmp_path, monkeypatch, capsys):

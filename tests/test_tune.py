@@ -149,6 +149,18 @@ def test_wgmma_candidates_only_on_request():
     assert extra and all(c.swap_ab == 4 and c.tile_m == 32 and not c.problems() for c in extra)
 
 
+def test_producer_twins_of_the_wgmma_candidates():
+    """Every wgmma candidate that may take a producer warpgroup is offered with one too, right
+    after it; no other candidate is."""
+    wg = tune.candidates(64, 8192, 8192, 128, 232448, wgmma=True)
+    twins = [c for c in wg if c.producer]
+    assert twins and all(c.wgmma and not c.problems() for c in twins)
+    for c in wg:
+        if c.wgmma and not c.producer and not c.with_(producer=True).problems():
+            assert wg[wg.index(c) + 1] == c.with_(producer=True)
+    assert not any(c.producer for c in tune.candidates(64, 8192, 8192, 128, 232448))
+
+
 def _bucket_range(bucket: int) -> range:
     """The M values whose bucket is ``bucket``."""
     i = M_BUCKETS.index(bucket)
