@@ -637,8 +637,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // THREADS compute threads issue the copies themselves (COPY_T = THREADS).
   static constexpr bool WS = PRODUCER;
   static constexpr int COPY_T = WS ? 128 : THREADS;
-  static_assert(!WS || (WGMMA && MARLIN_BULK == 0),
-                "the producer warpgroup is built for the wgmma loop (and not with MARLIN_BULK)");
+  static_assert(!WS || MARLIN_BULK == 0, "the producer warpgroup and MARLIN_BULK exclude each other");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static_assert(!PRODUCER, "the producer warpgroup needs sm_90 (mbarrier.try_wait)");
+#endif
   // Columns per warp: WARP_N if given (wgmma only: 16, 32 or 64), else 64 (4 tiles of 16),
   // or 32 (2 tiles) in the wgmma instances with 16 blocks of 8 rows (SWAP == 16, m64n128k16),
   // whose accumulators are then 2 x 64 floats per thread, as sw8's 4 x 32. Narrower warps
@@ -874,7 +876,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr int B_ITERS = (B_STAGE + COPY_T - 1) / COPY_T;
   static constexpr int A_RS = COPY_T / A_ROW;  // rows advanced per copy (when affine)
   static constexpr bool A_AFFINE = WGMMA && COPY_T % A_ROW == 0 && A_RS % 8 == 0;
-  static constexpr bool B_AFFINE = WGMMA && (COPY_T % B_ROW == 0 || B_ROW % COPY_T == 0);
+  static constexpr bool B_AFFINE =
+      (WGMMA || WS) && (COPY_T % B_ROW == 0 || B_ROW % COPY_T == 0);
   static constexpr int A_TAB = A_AFFINE ? 1 : A_ITERS;
   static constexpr int B_TAB = B_AFFINE ? 1 : B_ITERS;
   int a_gl_off[A_TAB], a_sh_off[A_TAB], a_row[A_TAB];
@@ -1917,7 +1920,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       stamp(1);
       stamp(2);
       bulk_wait(0);
-      fence_proxy_async_shared();
+      if constexpr (WGMMA) fence_proxy_async_shared();
       return;
     }
     bulk_init();
@@ -1994,7 +1997,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
-        if (sub == K_SUB - 1) {
+        if constexpr (WS) {
+          // The previous unit's slot was last read (ldmatrix and loads into registers) in that
+          // unit's steps: the producer may refill it. The next unit's fill is awaited before
+          // its first registers are read.
+          if (sub == 0 && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
+        }
+        if (WS && sub == K_SUB - 1) {
+          if (unit + 1 < unit_end) bulk_wait(next);
+          if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
+            fetch_to_registers(regs[(sub + 1) % 2], next, 0);
+        } else if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
           fetch_or_skip(fetch, refill);
@@ -2039,7 +2052,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       refill = stage;
       stage = next;
     }
-    cp_async_wait<0>();
+    if constexpr (!WS) cp_async_wait<0>();
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
@@ -2273,7 +2286,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     __syncthreads();
     constexpr int POOL = 65536 / MIN_BLOCKS / (THREADS + K::COPY_T) / 8 * 8;
     constexpr int MORE = (POOL * (THREADS + K::COPY_T) - 40 * K::COPY_T) / THREADS / 8 * 8;
-    constexpr bool SHIFT = POOL < 248;
+    constexpr bool SHIFT = WGMMA && POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
     if (threadIdx.x >= THREADS) {
       if constexpr (SHIFT) setmaxnreg_dec<40>();
       k.tid = threadIdx.x - THREADS;

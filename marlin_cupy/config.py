@@ -66,11 +66,12 @@ class KernelConfig:
     #: per thread, at most 128), so more warps fit an SM: 512 threads, or two CTAs of 256
     #: (name: _w16, _w32, _w64).
     warp_n: int = 0
-    #: (wgmma only) warp specialization: one more warpgroup of 128 threads, launched after the
-    #: ``threads`` that compute, issues every copy of the ring (each slot's fill completes on
-    #: an mbarrier; the compute warps release a slot on another), so the compute warps never
-    #: touch a global address and never wait at a CTA-wide barrier in the loop. With 256 compute
-    #: threads the producer gives up registers to them (setmaxnreg: 40 and 232). Name: _ws.
+    #: (compute capability 9.0+) warp specialization: one more warpgroup of 128 threads,
+    #: launched after the ``threads`` that compute, issues every copy of the ring (each slot's
+    #: fill completes on an mbarrier; the compute warps release a slot on another), so the
+    #: compute warps never touch a global address and never wait at a CTA-wide barrier in the
+    #: loop. With wgmma and 256 compute threads the producer gives up registers to them
+    #: (setmaxnreg: 40 and 232). Name: _ws.
     producer: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
@@ -109,7 +110,7 @@ class KernelConfig:
         (``setmaxnreg``; the same constexprs as ``marlin_kernel``), else None. The launch
         count is what ``__launch_bounds__`` allows; a kernel compiled to fewer would leave
         the compute threads waiting for registers forever, so ``ops`` checks it."""
-        if not self.producer:
+        if not self.producer or not self.wgmma:
             return None
         pool = 65536 // self.blocks_per_sm // self.launch_threads // 8 * 8
         if pool >= 248:
@@ -244,11 +245,10 @@ class KernelConfig:
             errs.append(f"{self.warp_cols} columns per warp x {8 * self.swap_ab} rows need "
                         f"{self.warp_cols // 16 * self.swap_ab * 4} accumulators per thread; at "
                         f"most 128 (use warp_n=32 or fewer columns)")
-        if self.producer and (not self.wgmma or (self.threads, self.blocks_per_sm) not in
-                              ((256, 1), (128, 1), (128, 2))):
-            errs.append(f"producer (a warpgroup issuing the copies) needs wgmma, with 256 "
-                        f"compute threads and one CTA per SM or 128 and one or two (got "
-                        f"wgmma={self.wgmma}, threads={self.threads}, "
+        if self.producer and (self.threads, self.blocks_per_sm) not in \
+                ((256, 1), (128, 1), (128, 2)):
+            errs.append(f"producer (a warpgroup issuing the copies) needs 256 compute threads "
+                        f"and one CTA per SM, or 128 and one or two (got threads={self.threads}, "
                         f"blocks_per_sm={self.blocks_per_sm})")
         if self.parallel_reduce and not self.fp32_reduce:
             errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
@@ -353,9 +353,17 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     # with the producer warpgroup: the shared sum, and two CTAs per SM (216 registers each)
     "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws", "t128_m1_n16_k8_s4_g8_fp32par_sw2_wg_ws_b2"))
 
+#: The producer warpgroup in the ``mma.sync`` loop (sm_90 only: CI compiles these for sm_90):
+#: swapped operands at one and two 8-row blocks, the last arriver's sum, per-channel scales,
+#: two CTAs per SM.
+MMA_PRODUCER_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws", "t256_m1_n16_k8_s4_g8_fp32_sw2_ws",
+    "t256_m1_n8_k16_s4_gc_fp32par_ws", "t128_m1_n16_k8_s4_g8_fp32par_sw1_ws_b2"))
+
 #: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
 #: without one (the same sums in the same order, only the copies move).
-PRODUCER_EXAMPLES = tuple(c for c in WGMMA_EXAMPLES + PARALLEL_REDUCE_EXAMPLES if c.producer)
+PRODUCER_EXAMPLES = tuple(c for c in WGMMA_EXAMPLES + PARALLEL_REDUCE_EXAMPLES if c.producer) \
+    + MMA_PRODUCER_EXAMPLES
 
 
 def tuned_instances() -> dict:

@@ -222,6 +222,9 @@ def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, ha
     if cfg.wgmma and device_cc is not None and device_cc != "90":
         errs.append(f"wgmma configs run on compute capability 9.0 (sm_90a) only; this device "
                     f"is {device_cc}")
+    if cfg.producer and device_cc is not None and int(device_cc) < 90:
+        errs.append(f"producer configs (_ws) need compute capability 9.0 or newer; this device "
+                    f"is {device_cc}")
     if cfg.max_m is not None and m > cfg.max_m:
         errs.append(f"M={m} is more than the {cfg.max_m} rows a swap_ab={cfg.swap_ab} config "
                     f"serves (swap_ab=2 or 0 serve any M)")

@@ -92,6 +92,10 @@ def config_targets():
     except ImportError:
         marlin_entry = None
     from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances
+    try:
+        from marlin_cupy.config import MMA_PRODUCER_EXAMPLES
+    except ImportError:
+        MMA_PRODUCER_EXAMPLES = ()
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
@@ -104,6 +108,8 @@ def config_targets():
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
     par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
            for zp in (False, True)]
+    # The producer warpgroup waits with mbarrier.try_wait: sm_90 only.
+    par += [target(cfg, zp, ("sm_90",)) for cfg in MMA_PRODUCER_EXAMPLES for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the
     # prologue only; the heuristic's configs are not compiled in it here.
@@ -117,7 +123,8 @@ def config_targets():
         for cfg in cfgs for zp in (False, True)]
     return targets + tuned + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
-        f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction examples "
+        f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction and "
+        f"mma.sync producer examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")
 
 

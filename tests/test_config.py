@@ -22,8 +22,6 @@ INVALID = {
     # 32-column warps: 64 columns are 2 warps, not a warpgroup
     "wgmma16_n_blocks": KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=4,
                                      thread_k_blocks=8, swap_ab=16, wgmma=True),
-    # a producer warpgroup only for the wgmma loop
-    "producer_mma_sync": KernelConfig(producer=True),
 }
 
 
@@ -39,6 +37,14 @@ class TestValidationMirrorsStaticAsserts:
         with pytest.raises(RuntimeError, match="static assertion failed"):
             jit.compile_offline(src, "sm_90")
 
+    def test_producer_needs_sm90(self):
+        """The producer's barriers wait with mbarrier.try_wait (sm_90): an sm_80 build of a
+        producer config stops at a static_assert instead of compiling without its waits."""
+        cfg = KernelConfig(producer=True).validate()
+        jit.compile_offline(kernels.marlin_source(cfg), "sm_90")
+        with pytest.raises(RuntimeError, match="static assertion failed"):
+            jit.compile_offline(kernels.marlin_source(cfg), "sm_80")
+
     def test_a_valid_config_compiles(self):
         jit.compile_offline(kernels.marlin_source(KernelConfig()), "sm_90")
 
@@ -46,8 +52,10 @@ class TestValidationMirrorsStaticAsserts:
         """smem_bytes, the warps along N and K and the columns per warp, checked against the
         kernel's own constexprs by static_asserts that NVRTC evaluates (no GPU): every example,
         every tuned config and a spread of the instantiated ones, sym and zero-point."""
-        from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES
+        from marlin_cupy.config import (PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
+                                        WGMMA_EXAMPLES)
         cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
+        cfgs |= set(PRODUCER_EXAMPLES)
         cfgs |= {c for cs in tuned_instances().values() for c in cs}
         lines = [kernels._base_source(), "\n"]
         for cfg in sorted(cfgs, key=lambda c: c.name):
