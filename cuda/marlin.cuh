@@ -612,6 +612,12 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
 //                 one after another: each leaves its own in scratch and the last to arrive
 //                 adds them all, in a fixed order (see finish_column).
+//   WARP_N        (WGMMA only) columns per warp, 16, 32 or 64 (0: the default, 64, or 32 with
+//                 SWAP == 16)
+//   MIN_BLOCKS    CTAs per SM the launch bounds ask for
+//   PRODUCER      (sm_90) THREADS compute threads plus a producer warpgroup of 128 that issues
+//                 every copy of the ring, synchronised with them by two mbarriers per slot
+//                 (run_producer; THREADS + 128 threads per CTA at launch)
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
