@@ -125,6 +125,12 @@
 #ifndef MARLIN_WS_RELEASE
 #define MARLIN_WS_RELEASE 1
 #endif
+// The producer warpgroup's registers per thread where it hands the rest to 256 compute threads
+// with setmaxnreg (a multiple of 8; the compute threads get what is left). At 40 the zero-point
+// builds of some sw16 tiles spill in the producer; 56 removes that (NOTES.md entry 45).
+#ifndef MARLIN_WS_PRODUCER_REGS
+#define MARLIN_WS_PRODUCER_REGS 40
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
 #else
@@ -2291,10 +2297,12 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     }
     __syncthreads();
     constexpr int POOL = 65536 / MIN_BLOCKS / (THREADS + K::COPY_T) / 8 * 8;
-    constexpr int MORE = (POOL * (THREADS + K::COPY_T) - 40 * K::COPY_T) / THREADS / 8 * 8;
+    constexpr int PRODUCER_REGS = MARLIN_WS_PRODUCER_REGS;
+    static_assert(PRODUCER_REGS % 8 == 0 && PRODUCER_REGS >= 24, "setmaxnreg: 24..256, by 8");
+    constexpr int MORE = (POOL * (THREADS + K::COPY_T) - PRODUCER_REGS * K::COPY_T) / THREADS / 8 * 8;
     constexpr bool SHIFT = WGMMA && POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
     if (threadIdx.x >= THREADS) {
-      if constexpr (SHIFT) setmaxnreg_dec<40>();
+      if constexpr (SHIFT) setmaxnreg_dec<PRODUCER_REGS>();
       k.tid = threadIdx.x - THREADS;
       k.init_fetch_offsets();
       k.run_producer();
