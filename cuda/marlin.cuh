@@ -2104,22 +2104,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       for (int sub = 0; sub < K_SUB; sub++) {
         if (sub == K_SUB - 1) {
           if constexpr (WS) {
-            // Slot `refill` (unit - 1's) is free: this thread's wgmma groups that read it are
-            // complete (the waits of the steps before this one) and its weights were read
-            // into registers then. Then this thread waits for unit + 1 (the producer's fill)
-            // and orders that fill's writes (generic proxy) before wgmma's reads of it.
+            // (MARLIN_WS_RELEASE 0) Slot `refill` (unit - 1's) is free: this thread's wgmma
+            // groups that read it are complete (the waits of the steps before this one) and its
+            // weights were read into registers then. Then this thread waits for unit + 1 (the
+            // producer's fill) and orders that fill's writes (generic proxy) before wgmma's
+            // reads of it.
             if (!WS_EARLY && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
             if (unit + 1 < unit_end) {
               bulk_wait(next);
               fence_proxy_async_shared();
             }
           } else {
-          // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
-          cp_async_wait<STAGES - 3>();
-          if (unit + 1 < unit_end) bulk_wait(next);
-          if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
-          cta_sync();
-          if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
+            // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
+            cp_async_wait<STAGES - 3>();
+            if (unit + 1 < unit_end) bulk_wait(next);
+            if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
+            cta_sync();
+            if constexpr (!MARLIN_REFILL_LATE) fetch_or_skip(fetch, refill);
           }
           // Across a column's end the registers wait until after the epilogue (pressure).
           if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);

@@ -314,7 +314,8 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
                                facts["smem_optin"])
         if kernel.max_dynamic_shared_size_bytes < smem:
             kernel.max_dynamic_shared_size_bytes = smem
-    return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem, slots * cfg.tile_m * cfg.tile_n)
+    return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
+                slots * cfg.tile_m * cfg.tile_n)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
