@@ -131,6 +131,13 @@
 #ifndef MARLIN_WS_PRODUCER_REGS
 #define MARLIN_WS_PRODUCER_REGS 40
 #endif
+// The producer builds: 1 splits the roles on the warp index broadcast from lane 0 (a branch the
+// compiler knows to be warp-uniform) instead of on threadIdx.x. Where no setmaxnreg follows the
+// split (128 compute threads), the threadIdx.x test costs the compute loop its uniform
+// descriptors: 28 R2UR per unit in t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws (NOTES.md entry 45).
+#ifndef MARLIN_WS_ROLE_BY_WARP
+#define MARLIN_WS_ROLE_BY_WARP 0
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
 #else
@@ -2302,7 +2309,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     static_assert(PRODUCER_REGS % 8 == 0 && PRODUCER_REGS >= 24, "setmaxnreg: 24..256, by 8");
     constexpr int MORE = (POOL * (THREADS + K::COPY_T) - PRODUCER_REGS * K::COPY_T) / THREADS / 8 * 8;
     constexpr bool SHIFT = WGMMA && POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
-    if (threadIdx.x >= THREADS) {
+    if (MARLIN_WS_ROLE_BY_WARP ? k.warp >= K::WARPS : threadIdx.x >= THREADS) {
       if constexpr (SHIFT) setmaxnreg_dec<PRODUCER_REGS>();
       k.tid = threadIdx.x - THREADS;
       k.init_fetch_offsets();
