@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("--define", default="",
                    help="NAME=VALUE[,NAME=VALUE...] for the A build")
     p.add_argument("--variant", default="", choices=("", "producer"),
-                   help="A: each config with this field set (instead of --define)")
+                   help="A: each config with this field set (with --define: built with those "
+                        "switches too)")
     p.add_argument("--only-par", action="store_true")
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
@@ -84,6 +85,7 @@ def main(argv=None) -> int:
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
     shapes = set_shapes(a.sets)
+
     def variant(c):
         """The A config of --variant (None where that variant is not a valid config)."""
         v = c.with_(**{a.variant: True})
@@ -95,18 +97,12 @@ def main(argv=None) -> int:
             for (k, n) in shapes for m in ms}
     cfgs = {c for cs in plan.values() for c in cs}
     zp = a.zp
-    if a.variant:
-        a_cfgs = {c: variant(c) for c in cfgs}
-        jit.warm_cache([(kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
-                       + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix)
-                          for c in a_cfgs.values()], os.cpu_count() or 4)
-        a_kernels = {c: ops.build_kernel(a_cfgs[c], zp, prefix=prefix) for c in cfgs}
-    else:
-        a_cfgs = {c: c for c in cfgs}
-        jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
-                       + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs],
-                       os.cpu_count() or 4)
-        a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in cfgs}
+    # A runs config a_cfgs[c] (c itself without --variant), built with the --define switches.
+    a_cfgs = {c: variant(c) if a.variant else c for c in cfgs}
+    jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
+                   + [(prefix + kernels.marlin_source(a_cfgs[c], zp), c.arch_suffix)
+                      for c in cfgs], os.cpu_count() or 4)
+    a_kernels = {c: ops.build_kernel(a_cfgs[c], zp, prefix=prefix) for c in cfgs}
     b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
@@ -126,25 +122,19 @@ def main(argv=None) -> int:
                 if a.variant:
                     row["a_config"] = acfg.name
                 try:
-                    run = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
+                    run_b = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
                     run_a = lambda i: ops.matmul(x, mws[i], config=acfg)  # noqa: E731
                     t_old, t_new = [], []
                     # A B B A: a drift of the clock or the memory over the four
                     # measurements falls on both builds alike.
                     for build in "ABBA":
-                        if build == "A" and a.variant:
+                        if build == "A":
                             with ops.use_kernel(acfg, a_kernels[cfg], has_zp=zp):
+                                # The launch path must really take the A build.
                                 assert ops.plan(m, n, k, a.group_size, has_zp=zp,
                                                 config=acfg).kernel is a_kernels[cfg]
                                 y_old = ops.matmul(x, mws[0], config=acfg)
                                 t_old.append(timer.measure(run_a, copies).stats.median_us)
-                        elif build == "A":
-                            with ops.use_kernel(cfg, a_kernels[cfg], has_zp=zp):
-                                # The launch path must really take the A build.
-                                assert ops.plan(m, n, k, a.group_size, has_zp=zp,
-                                                config=cfg).kernel is a_kernels[cfg]
-                                y_old = ops.matmul(x, mws[0], config=cfg)
-                                t_old.append(timer.measure(run, copies).stats.median_us)
                         else:
                             with build_b(cfg):
                                 held = ops.plan(m, n, k, a.group_size, has_zp=zp,
@@ -152,7 +142,7 @@ def main(argv=None) -> int:
                                 assert held is not a_kernels[cfg]
                                 assert not b_prefix or held is b_kernels[cfg]
                                 y_new = ops.matmul(x, mws[0], config=cfg)
-                                t_new.append(timer.measure(run, copies).stats.median_us)
+                                t_new.append(timer.measure(run_b, copies).stats.median_us)
                     t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
                     same = bool(cp.all(y_old == y_new))
                 except Exception as e:  # noqa: BLE001 - recorded, the probe goes on

@@ -91,11 +91,8 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances
-    try:
-        from marlin_cupy.config import MMA_PRODUCER_EXAMPLES
-    except ImportError:
-        MMA_PRODUCER_EXAMPLES = ()
+    from marlin_cupy.config import (MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
+                                    WGMMA_EXAMPLES, tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
