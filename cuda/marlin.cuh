@@ -125,18 +125,19 @@
 #ifndef MARLIN_WS_RELEASE
 #define MARLIN_WS_RELEASE 1
 #endif
-// The producer warpgroup's registers per thread where it hands the rest to 256 compute threads
+// The producer warpgroup's registers per thread where it hands the rest to the compute threads
 // with setmaxnreg (a multiple of 8; the compute threads get what is left). At 40 the zero-point
-// builds of some sw16 tiles spill in the producer; 56 removes that (NOTES.md entry 45).
+// builds of some sw16 tiles spill in the producer; 56 removes that (NOTES.md entries 47, 49).
+// marlin_cupy/config.py's PRODUCER_REGS mirrors this default.
 #ifndef MARLIN_WS_PRODUCER_REGS
-#define MARLIN_WS_PRODUCER_REGS 40
+#define MARLIN_WS_PRODUCER_REGS 56
 #endif
 // The producer builds: 1 splits the roles on the warp index broadcast from lane 0 (a branch the
-// compiler knows to be warp-uniform) instead of on threadIdx.x. Where no setmaxnreg follows the
-// split (128 compute threads), the threadIdx.x test costs the compute loop its uniform
-// descriptors: 28 R2UR per unit in t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws (NOTES.md entry 45).
+// compiler knows to be warp-uniform), 0 on threadIdx.x. Where no setmaxnreg follows the split
+// (128 compute threads), the threadIdx.x test costs the compute loop its uniform descriptors:
+// 28 R2UR per unit in t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws (NOTES.md entries 48, 49).
 #ifndef MARLIN_WS_ROLE_BY_WARP
-#define MARLIN_WS_ROLE_BY_WARP 0
+#define MARLIN_WS_ROLE_BY_WARP 1
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
@@ -2294,8 +2295,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   if constexpr (K::WS) {
     // The ring's barriers, then the roles. The producer warpgroup gives registers to the
     // compute warpgroups where the launch bounds leave them short (256 compute threads: 168
-    // per thread at launch, 40 for the producer, 232 for the others; 128 with two CTAs per SM:
-    // 128 at launch, 40 and 216).
+    // per thread at launch, 56 for the producer, 224 for the others; 128 with two CTAs per SM:
+    // 128 at launch, 56 and 200).
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++) {

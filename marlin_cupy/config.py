@@ -23,6 +23,7 @@ GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
 DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
 MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
 WGMMA_SWAPS = (1, 2, 4, 8, 16)   # 8-row blocks per wgmma; 16: 128-row slabs, 32-column warps
+PRODUCER_REGS = 56               # the producer warpgroup's setmaxnreg (MARLIN_WS_PRODUCER_REGS)
 
 
 def group_blocks_for(group_size: int, k: int) -> int:
@@ -115,8 +116,10 @@ class KernelConfig:
         pool = 65536 // self.blocks_per_sm // self.launch_threads // 8 * 8
         if pool >= 248:
             return None
-        more = (pool * self.launch_threads - 40 * 128) // self.threads // 8 * 8
-        return pool, 40, min(more, 256)
+        from .kernels import defines    # the build's switches ($MARLIN_CUPY_DEFINES)
+        producer = defines().get("MARLIN_WS_PRODUCER_REGS", PRODUCER_REGS)
+        more = (pool * self.launch_threads - producer * 128) // self.threads // 8 * 8
+        return pool, producer, min(more, 256)
 
     @property
     def tile_m(self) -> int:

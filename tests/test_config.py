@@ -99,8 +99,8 @@ class TestNames:
         assert ws.name == base.name + "_ws" and ws.launch_threads == 384
         assert base.launch_threads == 256
         assert ws.smem_bytes(False) - base.smem_bytes(False) == 16 * (4 - 2)
-        assert ws.producer_registers == (168, 40, 232)
-        assert ws.with_(threads=128, blocks_per_sm=2).producer_registers == (128, 40, 216)
+        assert ws.producer_registers == (168, 56, 224)
+        assert ws.with_(threads=128, blocks_per_sm=2).producer_registers == (128, 56, 200)
         assert ws.with_(threads=128).producer_registers is None
         for bad in (ws.with_(threads=512, thread_m_blocks=8, swap_ab=16, warp_n=16),
                     ws.with_(blocks_per_sm=2)):

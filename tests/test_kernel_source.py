@@ -58,8 +58,8 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
     "MARLIN_REFILL_LATE=1", "MARLIN_WG_DEPTH=1", "MARLIN_WG_DEPTH=2")] + \
     [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3")] + \
     [("MARLIN_WS_RELEASE=0", WGMMA_CFG + "_ws"),
-     ("MARLIN_WS_PRODUCER_REGS=56", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
-     ("MARLIN_WS_ROLE_BY_WARP=1", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws")]
+     ("MARLIN_WS_PRODUCER_REGS=40", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
+     ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -70,3 +70,18 @@ def test_experiment_switches_compile(monkeypatch, switch, name):
     assert src.startswith(f"#define {switch.replace('=', ' ')}\n")
     _, reports = jit.compile_offline(src, "sm_90" + cfg.arch_suffix)
     assert kernels.marlin_entry(cfg) in {r.kernel for r in reports}
+
+
+def test_producer_register_split_follows_the_kernel(monkeypatch):
+    """config.PRODUCER_REGS mirrors the kernel's default MARLIN_WS_PRODUCER_REGS, and a build
+    switch changes both (ops checks the launch count from the same arithmetic)."""
+    import re
+
+    from marlin_cupy import config
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    default = re.search(r"#define MARLIN_WS_PRODUCER_REGS (\d+)", kernels._base_source())
+    assert default and int(default.group(1)) == config.PRODUCER_REGS
+    ws = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws")
+    assert ws.producer_registers[1] == config.PRODUCER_REGS
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_WS_PRODUCER_REGS=40")
+    assert ws.producer_registers == (168, 40, 232)
