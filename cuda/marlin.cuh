@@ -111,6 +111,16 @@
 #ifndef MARLIN_BULK
 #define MARLIN_BULK 0
 #endif
+// The producer builds (config suffix _ws) only: the producer's weights, scales and zero points
+// as bulk copies (MARLIN_BULK's code, issued by one elected lane of the producer's first warp
+// after a proxy fence; the `full` barrier counts that lane's arrival with the transaction
+// bytes on top of the COPY_T cp.async arrivals of the activations). 0 (the default):
+// cp.async. 1: bulk copies. 2: as 1, with an L2 evict-first policy. Entry 41 measured bulk
+// copies issued by a compute warp (slower); here no compute warp holds a weight address
+// (NOTES.md entry 50). sm_90 only, as every producer build.
+#ifndef MARLIN_WS_BULK
+#define MARLIN_WS_BULK 0
+#endif
 // A measurement build, never correct by the memory model: 1 drops the wgmma loop's
 // fence.proxy.async before the unit's barrier (which orders the cp.async writes of A before
 // wgmma's reads of them, and compiles to MEMBAR.ALL.CTA): what that fence costs bounds what
@@ -657,7 +667,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // THREADS compute threads issue the copies themselves (COPY_T = THREADS).
   static constexpr bool WS = PRODUCER;
   static constexpr int COPY_T = WS ? 128 : THREADS;
-  static_assert(!WS || MARLIN_BULK == 0, "the producer warpgroup and MARLIN_BULK exclude each other");
+  static_assert(!WS || MARLIN_BULK == 0,
+                "the producer warpgroup and MARLIN_BULK exclude each other (see MARLIN_WS_BULK)");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(!PRODUCER, "the producer warpgroup needs sm_90 (mbarrier.try_wait)");
 #endif
@@ -731,7 +742,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // With the producer, two per slot (full, then empty: STAGES of each).
   static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
   static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS;
-  static constexpr bool BULK = MARLIN_BULK != 0 && MARLIN_SM90;
+  static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
+  static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
   static constexpr int S_COPIES = PER_CHANNEL ? 0 : S_STAGE / S_ROW;
   static constexpr int Z_COPIES = HAS_ZP ? Z_STAGE / Z_ROW : 0;
@@ -982,12 +994,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
     if constexpr (BULK && !L2_ONLY) {
-      // One elected lane of warp 0: K_BLOCKS rows of B_ROW chunks, GROUPS_PER_STAGE rows of
-      // scales and of zero points, each row contiguous in global memory, into the slot as the
-      // copies below lay them out (every address here is the same for the whole CTA).
-      if (warp == 0) {
+      // One elected lane of warp 0 (WS: of the producer's first warp): K_BLOCKS rows of B_ROW
+      // chunks, GROUPS_PER_STAGE rows of scales and of zero points, each row contiguous in
+      // global memory, into the slot as the copies below lay them out (every address here is
+      // the same for the whole CTA).
+      if (WS ? tid < 32 : warp == 0) {
         const uint32_t bar = bar_full + 8 * stage;
-        constexpr bool EF = MARLIN_BULK == 2;
+        constexpr bool EF = BULK_EVICT_FIRST;
+        // WS: the compute threads' generic reads of the slot's last fill were ordered before
+        // this thread's wait on its `empty` barrier; the fence orders them before the async
+        // proxy's writes below.
+        if constexpr (WS) fence_proxy_async_shared();
         mbar_arrive_expect_tx_warp(bar, BULK_BYTES);
 #pragma unroll
         for (int r = 0; r < K_BLOCKS; r++)
@@ -2300,9 +2317,12 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++) {
-        mbar_init(k.bar_full + 8 * s, K::COPY_T);
+        // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
+        mbar_init(k.bar_full + 8 * s, K::COPY_T + (K::BULK ? 1 : 0));
         mbar_init(k.bar_empty() + 8 * s, THREADS);
       }
+      // Bulk copies complete on these barriers through the async proxy.
+      if constexpr (K::BULK) fence_proxy_async_shared();
     }
     __syncthreads();
     constexpr int POOL = 65536 / MIN_BLOCKS / (THREADS + K::COPY_T) / 8 * 8;
