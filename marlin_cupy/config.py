@@ -71,8 +71,9 @@ class KernelConfig:
     #: launched after the ``threads`` that compute, issues every copy of the ring (each slot's
     #: fill completes on an mbarrier; the compute warps release a slot on another), so the
     #: compute warps never touch a global address and never wait at a CTA-wide barrier in the
-    #: loop. With wgmma and 256 compute threads the producer gives up registers to them
-    #: (setmaxnreg: 40 and 232). Name: _ws.
+    #: loop. With wgmma, where the launch bounds leave the compute threads short, the producer
+    #: gives up registers to them (setmaxnreg: 56 and 224 for 256 compute threads, 56 and 200
+    #: for 128 with two CTAs per SM; ``producer_registers``). Name: _ws.
     producer: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
