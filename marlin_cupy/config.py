@@ -250,10 +250,11 @@ class KernelConfig:
                         f"{self.warp_cols // 16 * self.swap_ab * 4} accumulators per thread; at "
                         f"most 128 (use warp_n=32 or fewer columns)")
         if self.producer and (self.threads, self.blocks_per_sm) not in \
-                ((256, 1), (128, 1), (128, 2)):
+                ((256, 1), (128, 1), (128, 2)) + (((512, 1),) if self.wgmma else ()):
             errs.append(f"producer (a warpgroup issuing the copies) needs 256 compute threads "
-                        f"and one CTA per SM, or 128 and one or two (got threads={self.threads}, "
-                        f"blocks_per_sm={self.blocks_per_sm})")
+                        f"and one CTA per SM, 128 and one or two, or (wgmma) 512 and one (got "
+                        f"threads={self.threads}, blocks_per_sm={self.blocks_per_sm}, "
+                        f"wgmma={self.wgmma})")
         if self.parallel_reduce and not self.fp32_reduce:
             errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
         g, kb = self.group_blocks, self.thread_k_blocks
@@ -336,10 +337,12 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg_w32",
     "t512_m8_n16_k8_s3_g8_fp32_sw16_wg_w16", "t256_m8_n8_k4_s4_g2_fp16_sw16_wg_w16_b2",
     "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_w32_b2",
-    # a producer warpgroup (warp specialization): 256 compute threads (registers moved to them
-    # with setmaxnreg), 128 (none moved), per-channel scales, swap_ab = 2, 4, 8, 16
+    # a producer warpgroup (warp specialization): 256 or 512 compute threads (registers moved
+    # to them with setmaxnreg), 128 (none moved), per-channel scales, swap_ab = 2, 4, 8, 16
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_ws", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg_ws",
-    "t256_m2_n16_k8_s6_g8_fp32_sw4_wg_w32_ws", "t256_m8_n8_k8_s4_gc_fp32_sw16_wg_ws"))
+    "t256_m2_n16_k8_s6_g8_fp32_sw4_wg_w32_ws", "t256_m8_n8_k8_s4_gc_fp32_sw16_wg_ws",
+    # 512 compute threads (96 registers at launch; 56 for the producer, 104 for them)
+    "t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws"))
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma
@@ -354,7 +357,7 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
     "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg", "t512_m4_n16_k8_s4_g8_fp32par_sw8_wg_w16",
     "t256_m4_n16_k4_s4_g8_fp32par_sw8_wg_w32_b2",
-    # with the producer warpgroup: the shared sum, and two CTAs per SM (216 registers each)
+    # with the producer warpgroup: the shared sum, and two CTAs per SM (200 registers each)
     "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws", "t128_m1_n16_k8_s4_g8_fp32par_sw2_wg_ws_b2"))
 
 #: The producer warpgroup in the ``mma.sync`` loop (sm_90 only: CI compiles these for sm_90):

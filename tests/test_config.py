@@ -102,8 +102,12 @@ class TestNames:
         assert ws.producer_registers == (168, 56, 224)
         assert ws.with_(threads=128, blocks_per_sm=2).producer_registers == (128, 56, 200)
         assert ws.with_(threads=128).producer_registers is None
-        for bad in (ws.with_(threads=512, thread_m_blocks=8, swap_ab=16, warp_n=16),
-                    ws.with_(blocks_per_sm=2)):
+        t512 = ws.with_(threads=512, thread_n_blocks=32, warp_n=32)
+        assert t512.validate().launch_threads == 640
+        assert t512.producer_registers == (96, 56, 104)
+        for bad in (ws.with_(blocks_per_sm=2), t512.with_(blocks_per_sm=2),
+                    KernelConfig(threads=512, thread_n_blocks=16, thread_k_blocks=8, swap_ab=1,
+                                 producer=True)):
             with pytest.raises(ValueError, match="producer"):
                 bad.validate()
 
