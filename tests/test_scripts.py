@@ -252,3 +252,33 @@ def test_timeline_select_layers():
         tp.select_layers(shapes, "57344x8192")
     with pytest.raises(ValueError, match="not KxN"):
         tp.select_layers(shapes, "8192*57344")
+
+
+def test_dynamic_bound_fluid_limit():
+    np = pytest.importorskip("numpy")
+    db = _load("dynamic_bound")
+    assert db.stripe_units(10, 4).tolist() == [3, 3, 3, 1]
+    # Two CTAs with 4 units each, both starting at 0: one streams at 1 unit/ns, the other at
+    # 0.5. Static: the slow one ends at 8. Shared: 1.5 units/ns for 8 units ends at 16/3.
+    pts = np.zeros((2, 7))
+    pts[:, 4] = [4.0, 8.0]
+    last, f, med, fluid = db.fluid_end(pts, np.array([4.0, 4.0]))
+    assert last == 8.0 and f == pytest.approx(16 / 3) and fluid == pytest.approx(16 / 3)
+    assert med == 6.0
+    # Equal rates and starts: nothing to gain.
+    pts = np.zeros((2, 7))
+    pts[:, 3] = [1.0, 1.0]
+    pts[:, 4] = [5.0, 5.0]
+    last, f, _, _ = db.fluid_end(pts, np.array([4.0, 4.0]))
+    assert f == pytest.approx(last) == 5.0
+    # Equal rates, one CTA starting 1 ns later: the early one takes half a unit more.
+    pts[0, 3], pts[0, 4] = 0.0, 4.0
+    last, f, _, _ = db.fluid_end(pts, np.array([4.0, 4.0]))
+    assert last == 5.0 and f == pytest.approx(4.5)
+
+
+def test_dynamic_bound_row_needs_raw_points():
+    db = _load("dynamic_bound")
+    with pytest.raises(ValueError, match="--raw"):
+        db.row_bound({"k": 4096, "n": 4096, "m": 1, "config": "t256_m1_n8_k8_s8_g8_fp32par_sw1",
+                      "grid": 132})
