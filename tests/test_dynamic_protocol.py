@@ -2,14 +2,18 @@
 modelled on the CPU before any kernel code: the protocol's order of sums, its counters' return
 to zero and the absence of waits, under every interleaving drawn at random. No GPU needed.
 
-The design: a launch's work is cut into chunks of consecutive k-tiles of one column (fixed
-boundaries, numbered column by column). Each CTA takes the next chunk index from a global
-counter (one atomic add, read a chunk ahead), streams it, and then either writes the column's
-result (a chunk that covers its whole column) or stores its FP32 partial in the chunk's own slot
-and counts in on the column; the chunk that brings the column's count to its number of chunks
-sums the column's slots in chunk order, writes the result and zeroes the count. A CTA that
-draws an index past the last chunk counts itself out; the last one out zeroes the counter and
-that count, so the next launch finds them as the first did. Nothing ever waits on another CTA.
+The design generalises the parallel reduction's last-arriver path (cuda/marlin.cuh,
+``finish_split_column`` and ``sum_column``): the launch's units (k-tiles of columns, column by
+column) are cut into chunks of ``q`` consecutive units, stripes as today but more of them than
+CTAs. Each CTA draws the next chunk index from a global counter (one atomic add, drawn a chunk
+ahead) and streams it. A column that lies wholly in one chunk gets its result directly; a
+column split over chunks ``top..bottom`` (``top = first // q``, ``bottom = last // q``) gets one
+partial from each, stored in that chunk's slot for the column (two per chunk: the column it
+ends in, and the one it starts in), and each chunk counts in on the column's count; the one
+that brings it to ``bottom - top + 1`` sums the slots from +0 in the order bottom..top (as
+``sum_column`` does), writes the result and zeroes the count. A CTA that draws an index past
+the last chunk counts itself out; the last one out zeroes the counter and that count, so the
+next launch finds them as the first did. Nothing ever waits on another CTA.
 
 The model is sequentially consistent: each step below is one of the kernel's atomics or stores,
 in the order the kernel must make visible (a release before each count-in, an acquire after the
@@ -19,26 +23,33 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 
-def chunks_of(columns: int, k_tiles: int, chunk: int) -> list:
-    """(column, first k-tile, k-tiles) of every chunk, column by column."""
-    return [(c, k0, min(chunk, k_tiles - k0)) for c in range(columns)
-            for k0 in range(0, k_tiles, chunk)]
+def split(columns: int, k_tiles: int, q: int) -> dict:
+    """Per column: (top, bottom) chunk indices of its first and last unit."""
+    return {c: (c * k_tiles // q, (c * k_tiles + k_tiles - 1) // q) for c in range(columns)}
 
 
-def reference(values: np.ndarray, chunk: int) -> np.ndarray:
-    """Each column's result as the protocol defines it: every chunk's k-tiles summed in order
-    (FP32), then the chunks' partials summed in chunk order."""
-    out = np.zeros(values.shape[0], dtype=np.float32)
-    for c, row in enumerate(values):
-        parts = []
-        for k0 in range(0, row.size, chunk):
-            p = np.float32(0)
-            for v in row[k0:k0 + chunk]:
-                p = np.float32(p + v)
-            parts.append(p)
-        acc = parts[0]
-        for p in parts[1:]:
-            acc = np.float32(acc + p)
+def slot(chunk: int, top: int) -> int:
+    """The chunk's slot for a column: the column it starts in (chunk == top) or ends in."""
+    return 2 * chunk + (1 if chunk == top else 0)
+
+
+def reference(values: np.ndarray, q: int) -> np.ndarray:
+    """Each column's result as the protocol defines it: each chunk's units of the column
+    summed in order (FP32); a split column's partials then added from +0 in chunk order
+    bottom..top."""
+    columns, k_tiles = values.shape
+    out = np.zeros(columns, dtype=np.float32)
+    for c, (top, bottom) in split(columns, k_tiles, q).items():
+        parts = {}
+        for k in range(k_tiles):
+            ch = (c * k_tiles + k) // q
+            parts[ch] = np.float32(parts.get(ch, np.float32(0)) + values[c, k])
+        if top == bottom:
+            out[c] = parts[top]
+            continue
+        acc = np.float32(0)
+        for ch in range(bottom, top - 1, -1):
+            acc = np.float32(acc + parts[ch])
         out[c] = acc
     return out
 
@@ -50,53 +61,56 @@ class Memory:
     def __init__(self, columns: int, n_chunks: int):
         self.next, self.out_count = 0, 0
         self.count = [0] * columns
-        self.slots = [None] * n_chunks
+        self.slots = [None] * (2 * n_chunks)
         self.result = [None] * columns
 
 
-def launch(mem: Memory, values: np.ndarray, chunk: int, ctas: int, choices,
+def launch(mem: Memory, values: np.ndarray, q: int, ctas: int, choices,
            rearm: bool = True, in_chunk_order: bool = True) -> None:
     columns, k_tiles = values.shape
-    plan = chunks_of(columns, k_tiles, chunk)
-    per_column = -(-k_tiles // chunk)
+    units = columns * k_tiles
+    n_chunks = -(-units // q)
+    cols = split(columns, k_tiles, q)
     mem.result = [None] * columns
-    # Each CTA is a generator of steps; one `next()` is one atomic or store of the kernel.
     arrivals = {c: [] for c in range(columns)}      # for the negative test's arrival order
 
     def cta():
+        # Each CTA is a generator of steps; one `next()` is one atomic or store of the kernel.
         idx = mem.next
         mem.next += 1                                # atomicAdd(next, 1): the first chunk
         yield
-        while idx < len(plan):
+        while idx < n_chunks:
             ahead = mem.next
-            mem.next += 1                            # the next chunk's index, read a chunk ahead
+            mem.next += 1                            # the next chunk's index, drawn a chunk ahead
             yield
-            col, k0, n = plan[idx]
-            part = np.float32(0)
-            for v in values[col, k0:k0 + n]:         # streaming the chunk (no shared state)
-                part = np.float32(part + v)
+            lo, hi = idx * q, min(units, (idx + 1) * q)
+            parts = {}
+            for u in range(lo, hi):                  # streaming the chunk (no shared state)
+                c, k = divmod(u, k_tiles)
+                parts[c] = np.float32(parts.get(c, np.float32(0)) + values[c, k])
             yield
-            if per_column == 1:
-                mem.result[col] = part               # the whole column: its result directly
-            else:
-                mem.slots[idx] = part                # the partial into the chunk's own slot
+            for c, part in parts.items():            # the columns it ends, in order
+                top, bottom = cols[c]
+                if top == bottom:
+                    mem.result[c] = part             # the whole column: its result directly
+                    yield
+                    continue
+                mem.slots[slot(idx, top)] = part     # the partial into the chunk's own slot
                 yield
-                mem.count[col] += 1                  # release, then count in (atomicAdd)
-                arrivals[col].append(idx)
-                done = mem.count[col] == per_column
+                mem.count[c] += 1                    # release, then count in (atomicAdd)
+                arrivals[c].append(idx)
+                done = mem.count[c] == bottom - top + 1
                 yield
                 if done:                             # acquire: every slot of the column is in
-                    first = col * per_column
-                    order = (range(first, first + per_column) if in_chunk_order
-                             else arrivals[col])
-                    acc = None
+                    order = range(bottom, top - 1, -1) if in_chunk_order else arrivals[c]
+                    acc = np.float32(0)
                     for j in order:
-                        p = mem.slots[j]
+                        p = mem.slots[slot(j, top)]
                         assert p is not None, f"chunk {j}'s slot read before it was stored"
-                        acc = p if acc is None else np.float32(acc + p)
-                    mem.result[col] = acc
+                        acc = np.float32(acc + p)
+                    mem.result[c] = acc
                     if rearm:
-                        mem.count[col] = 0
+                        mem.count[c] = 0
                     yield
             idx = ahead
         mem.out_count += 1                           # drew past the last chunk: count out
@@ -120,16 +134,15 @@ def _values(rng, columns, k_tiles):
 
 
 @settings(max_examples=150, deadline=None)
-@given(columns=st.integers(1, 5), k_tiles=st.integers(1, 12), chunk=st.integers(1, 5),
+@given(columns=st.integers(1, 5), k_tiles=st.integers(1, 12), chunk=st.integers(1, 7),
        ctas=st.integers(1, 6), seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_any_interleaving_gives_the_chunk_order_sum_and_rearms(columns, k_tiles, chunk, ctas,
                                                                seed, data):
     rng = np.random.default_rng(seed)
     values = _values(rng, columns, k_tiles)
     want = reference(values, chunk)
-    plan = chunks_of(columns, k_tiles, chunk)
-    mem = Memory(columns, len(plan))
-    choices = lambda n: data.draw(st.integers(0, n - 1))
+    mem = Memory(columns, -(-columns * k_tiles // chunk))
+    choices = lambda n: data.draw(st.integers(0, n - 1))  # noqa: E731
     for _ in range(2):                               # a second launch on the re-armed memory
         launch(mem, values, chunk, ctas, choices)
         got = np.array(mem.result, dtype=np.float32)
@@ -142,7 +155,7 @@ def test_without_rearming_the_second_launch_breaks():
     never complete its columns' sums."""
     rng = np.random.default_rng(1)
     values = _values(rng, 3, 8)
-    mem = Memory(3, len(chunks_of(3, 8, 3)))
+    mem = Memory(3, 8)
     launch(mem, values, 3, 4, lambda n: 0, rearm=False)
     assert np.array_equal(np.array(mem.result, np.float32), reference(values, 3))
     launch(mem, values, 3, 4, lambda n: 0, rearm=False)
@@ -157,7 +170,7 @@ def test_summing_in_arrival_order_is_not_reproducible():
     results = set()
     for seed in range(40):
         pick = np.random.default_rng(seed)
-        mem = Memory(1, len(chunks_of(1, 12, 2)))
+        mem = Memory(1, 6)
         launch(mem, values, 2, 4, lambda n: int(pick.integers(n)), in_chunk_order=False)
         results.add(np.float32(mem.result[0]).tobytes())
     assert len(results) > 1
