@@ -2312,8 +2312,8 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   if constexpr (K::WS) {
     // The ring's barriers, then the roles. The producer warpgroup gives registers to the
     // compute warpgroups where the launch bounds leave them short (256 compute threads: 168
-    // per thread at launch, 56 for the producer, 224 for the others; 128 with two CTAs per SM:
-    // 128 at launch, 56 and 200).
+    // per thread at launch, 56 for the producer, 224 for the others; 512: 96, 56 and 104; 128
+    // with two CTAs per SM: 128 at launch, 56 and 200).
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++) {

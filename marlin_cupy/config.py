@@ -23,6 +23,7 @@ GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
 DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
 MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
 WGMMA_SWAPS = (1, 2, 4, 8, 16)   # 8-row blocks per wgmma; 16: 128-row slabs, 32-column warps
+PRODUCER_THREADS = 128           # the producer warpgroup (the kernel's COPY_T with a producer)
 PRODUCER_REGS = 56               # the producer warpgroup's setmaxnreg (MARLIN_WS_PRODUCER_REGS)
 
 
@@ -72,8 +73,8 @@ class KernelConfig:
     #: fill completes on an mbarrier; the compute warps release a slot on another), so the
     #: compute warps never touch a global address and never wait at a CTA-wide barrier in the
     #: loop. With wgmma, where the launch bounds leave the compute threads short, the producer
-    #: gives up registers to them (setmaxnreg: 56 and 224 for 256 compute threads, 56 and 200
-    #: for 128 with two CTAs per SM; ``producer_registers``). Name: _ws.
+    #: gives up registers to them (setmaxnreg: 56 for itself, and 224 for 256 compute threads,
+    #: 104 for 512, 200 for 128 with two CTAs per SM; ``producer_registers``). Name: _ws.
     producer: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
@@ -103,7 +104,7 @@ class KernelConfig:
     @property
     def launch_threads(self) -> int:
         """Threads per CTA at launch: ``threads``, plus the producer warpgroup's 128."""
-        return self.threads + (128 if self.producer else 0)
+        return self.threads + (PRODUCER_THREADS if self.producer else 0)
 
     @property
     def producer_registers(self) -> tuple | None:
@@ -119,7 +120,7 @@ class KernelConfig:
             return None
         from .kernels import defines    # the build's switches ($MARLIN_CUPY_DEFINES)
         producer = defines().get("MARLIN_WS_PRODUCER_REGS", PRODUCER_REGS)
-        more = (pool * self.launch_threads - producer * 128) // self.threads // 8 * 8
+        more = (pool * self.launch_threads - producer * PRODUCER_THREADS) // self.threads // 8 * 8
         return pool, producer, min(more, 256)
 
     @property

@@ -54,8 +54,9 @@ TUNE_WGMMA_NARROW = ((256, 16, 4, 32), (256, 16, 8, 32), (512, 32, 4, 32), (512,
 TUNE_WGMMA_BLOCKS_PER_SM = {128: ((1, TUNE_STAGES), (2, (3, 4, 6))), 256: ((1, TUNE_STAGES),)}
 #: ... and for the narrow-warp ones (256 threads: two CTAs fit the registers at 128 each).
 TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUNE_STAGES),)}
-#: Each wgmma candidate is also tried with a producer warpgroup (``producer``, NOTES.md entry 45)
-#: where that is valid (128 or 256 compute threads, one CTA per SM; 128 with two).
+#: Each wgmma candidate is also tried with a producer warpgroup (``producer``, NOTES.md entries
+#: 45 and 52) where ``KernelConfig.problems`` allows it (128, 256 or 512 compute threads and one
+#: CTA per SM, or 128 and two); spilling ones are skipped like any other.
 TUNE_PRODUCER = True
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.

@@ -3,7 +3,7 @@ records when each CTA reached seven points of its timeline (needs a GPU; see ``s
 cuda/marlin.cuh).
 
     python3 scripts/timeline_probe.py OUT.json [--m 1,16,64] [--sets llama2-7b,llama2-70b]
-                                      [--layers KxN,...] [--launches 7]
+                                      [--layers "K,N;..."] [--launches 7]
 
 For every layer and M: the median CUDA-event time of the real kernel (the tuner's method,
 weights rotated past the L2), then ``--launches`` single launches of the probe build, each
@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
 
 from marlin_cupy import jit, kernels, ops  # noqa: E402
 from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases  # noqa: E402
-from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
+from marlin_cupy.bench.shapes import parse_shapes, set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 
 PROBE = "#define MARLIN_PROBE 4\n"
@@ -124,20 +124,15 @@ def slow_sm_consistency(launches) -> float:
 
 
 def select_layers(shapes: list, layers: str) -> list:
-    """``shapes`` ((K, N) pairs) restricted to ``layers`` ("KxN,KxN"; empty: all), in their
-    order; a layer not among them is an error."""
+    """``shapes`` ((K, N) pairs) restricted to ``layers`` (``"K,N;K,N"``, the harness's
+    ``--shapes`` form; empty: all), in their order; a layer not among them is an error."""
     if not layers.strip():
         return list(shapes)
-    want = set()
-    for item in filter(None, (t.strip() for t in layers.split(","))):
-        parts = item.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"--layers: {item!r} is not KxN (e.g. 8192x57344)")
-        want.add((int(parts[0]), int(parts[1])))
+    want = set(parse_shapes(layers))
     missing = sorted(want - set(shapes))
     if missing:
-        raise ValueError(f"--layers: {', '.join(f'{k}x{n}' for k, n in missing)} not among the "
-                         f"sets' layers")
+        raise ValueError(f"{'; '.join(f'{k},{n}' for k, n in missing)} not among the sets' "
+                         f"layers")
     return [s for s in shapes if s in want]
 
 
@@ -147,7 +142,7 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default="llama2-7b,llama2-70b")
     p.add_argument("--m", default="1,16,64")
     p.add_argument("--layers", default="",
-                   help="only these layers of the sets, as KxN[,KxN...] (e.g. 8192x57344): the "
+                   help='only these layers of the sets, as "K,N;K,N" (e.g. "8192,57344"): the '
                         "large ones alone fit one device call")
     p.add_argument("--launches", type=int, default=7)
     p.add_argument("--group-size", type=int, default=128)
@@ -159,7 +154,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     probe = PROBE_NO_STORE if a.no_store else PROBE
     ms = [int(v) for v in a.m.split(",")]
-    shapes = select_layers(set_shapes(a.sets), a.layers)
+    try:
+        shapes = select_layers(set_shapes(a.sets), a.layers)
+    except ValueError as e:
+        p.error(f"--layers: {e}")
     cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
     jit.warm_cache([(probe + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
     rng = np.random.default_rng(0)
