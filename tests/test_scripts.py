@@ -282,3 +282,32 @@ def test_dynamic_bound_row_needs_raw_points():
     with pytest.raises(ValueError, match="--raw"):
         db.row_bound({"k": 4096, "n": 4096, "m": 1, "config": "t256_m1_n8_k8_s8_g8_fp32par_sw1",
                       "grid": 132})
+
+
+def test_tune_classes_best_per_class_and_first_match_wins(tmp_path, capsys):
+    import gzip
+    import json
+    import re
+    tc = _load("tune_classes")
+    meas = [dict(n=8, k=16, m=64, config=c, median_us=t) for c, t in (
+        ("t512_a_ws", 9.0), ("t512_b_ws", 12.0), ("t512_c", 11.0), ("t256_x", 10.0),
+        ("t256_y", 10.5))] + [dict(n=8, k=16, m=128, config="t256_x", median_us=20.0),
+                              dict(n=8, k=16, m=8, config="t512_c", median_us=1.0)]
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"device_name": "X", "git_commit": "c", "date": "d", "measurements": meas}, f)
+    # "t512_a_ws" matches both classes: the first one named takes it.
+    assert tc.main([str(path), "--class", "ws=^t512.*_ws$", "--class", "t512=^t512",
+                    "--m", "64,128", "--out", str(tmp_path / "s.md")]) == 0
+    best = tc.best_by_class(meas, [("ws", re.compile("^t512.*_ws$")), ("t512", re.compile("^t512"))],
+                            {64, 128})
+    assert best[(8, 16, 64)] == {"ws": ("t512_a_ws", 9.0), "t512": ("t512_c", 11.0),
+                                 "others": ("t256_x", 10.0)}
+    assert best[(8, 16, 128)] == {"others": ("t256_x", 20.0)}
+    assert (8, 16, 8) not in best
+    text = (tmp_path / "s.md").read_text()
+    assert "| 8 | 16 | 64 | 10.00 | `t256_x` | `t512_a_ws` | -10.0 % | `t512_c` | +10.0 % |" in text
+    assert "- ws: faster than the others' best on 1 of 1 layer-buckets" in text
+    assert "- t512: faster than the others' best on 0 of 1 layer-buckets" in text
+    with pytest.raises(SystemExit):
+        tc.main([str(path), "--class", "others=x"])
