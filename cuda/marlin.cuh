@@ -12,6 +12,8 @@
 // and every CTA of the persistent grid takes one contiguous stripe of `iters` units, so each
 // CTA streams the same number of weight bytes. Columns cut by a stripe boundary are summed
 // across the CTAs that share them in a fixed order (bottom of K first), guarded by a lock.
+// With DYN_Q (run-time hand-out) the stripes are chunks of DYN_Q units, more of them than
+// CTAs: CTA b starts with chunk b and draws the next ones from a counter (see DynState).
 #pragma once
 #include "common.cuh"
 
@@ -642,6 +644,9 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   PRODUCER      (sm_90) THREADS compute threads plus a producer warpgroup of 128 that issues
 //                 every copy of the ring, synchronised with them by two mbarriers per slot
 //                 (run_producer; THREADS + 128 threads per CTA at launch)
+//   DYN_Q         units per chunk handed out at run time (0: one static stripe per CTA); needs
+//                 PAR_REDUCE without the shared sum (tiles of up to 32 rows), the mma.sync
+//                 loop without a producer, and DYN_Q >= STAGES (see DynState)
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
@@ -651,11 +656,38 @@ __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
 // SASS of instances that never touch it (the others then compile as without the switch).
 template <bool ON> struct DescBase {};
 template <> struct DescBase<true> { uint32_t a_desc_lo; };
+// DYN_Q > 0 (config `dyn_chunk`, name _q<DYN_Q>): the units are handed out at run time, in
+// chunks of DYN_Q units (the last may be shorter) with fixed boundaries: chunk c is units
+// [c * DYN_Q, (c + 1) * DYN_Q). CTA b takes chunk b first; thread 0 draws every later one from
+// a counter (locks[chunks]: the grid plus the counter's old value), one chunk ahead of the
+// fetch cursor, so the fast SMs take more chunks. Each chunk is a stripe of the parallel
+// reduction (PAR_REDUCE's last-arriver sum, with `iters` = DYN_Q and the chunk index in place
+// of the CTA's): its partial slots, the column's counter at its top chunk and the sum in chunk
+// order bottom..top are those of a static stripe, so no CTA ever waits for another and the
+// result is the same bits whichever CTA ran which chunk (tests/test_dynamic_protocol.py models
+// the protocol). Draws: one per chunk a CTA enters, plus one that comes back empty per CTA,
+// `chunks` in all, so the draw that returns chunks - 1 is the launch's last and re-arms the
+// counter. The drawn chunks pass to every thread through a ring of 4 ints in shared memory:
+// thread 0 writes element e (the CTA's e-th chunk) at the fetch of the last unit of element
+// e - 1, and a barrier passes before the fetch cursor reads it at that element's end; the
+// compute cursor reads it later. DYN_Q >= STAGES: the prologue never leaves chunk 0, whose
+// draw is issued after it (after griddepcontrol.wait in the PDL builds), and is written in
+// the main loop. The members exist only in those builds.
+template <bool ON> struct DynState {};
+template <> struct DynState<true> {
+  int chunks;       // chunks of the launch
+  bool draws;       // fewer CTAs than chunks (else every CTA's chunk b is its only one)
+  int* ring;        // (shared) the CTA's drawn chunks, element e at ring[e % 4]
+  int f_end, f_seq; // the fetch cursor's chunk: its end (-1 once none is left), its element
+  int c_end, c_seq, c_chunk;  // the compute cursor's: end, element, chunk index
+  int units;        // units of the launch
+  int pend;         // (thread 0) the draw in flight: the counter's old value
+};
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false>
-struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0>
+struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
@@ -741,7 +773,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   // builds of one config with and without it take the same shared memory.
   // With the producer, two per slot (full, then empty: STAGES of each).
   static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
-  static constexpr int SMEM_INT4 = STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS;
+  static constexpr bool DYN = DYN_Q > 0;
+  static constexpr int RING = DYN ? 1 : 0;   // DYN: the ring of drawn chunks, 4 ints
+  static constexpr int SMEM_INT4 =
+      STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
@@ -1048,10 +1083,75 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
   // Fetch the unit at the fetch cursor if this CTA owns it; commit a (possibly empty) group
   // either way so that wait_group counts stay in step with units.
+  // DYN: at the end of its chunk the cursor jumps to the CTA's next element (see DynState), and
+  // thread 0 writes the element after that into the ring at the fetch of a chunk's last unit.
   __device__ __forceinline__ void fetch_or_skip(Cursor& c, int stage) {
-    if (c.unit < unit_end) fetch_to_shared(c, stage);
+    if constexpr (DYN) {
+      if (c.unit == this->f_end) dyn_fetch_jump(c);
+      if (c.unit < this->f_end) fetch_to_shared(c, stage);
+      if (this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
+    } else {
+      if (c.unit < unit_end) fetch_to_shared(c, stage);
+    }
     cp_async_commit();
     advance(c);
+  }
+
+  // ---- DYN: run-time hand-out (see DynState)
+  // The fetch cursor leaves its chunk: the next element from the ring (written before the
+  // barrier of an earlier step), and thread 0 draws the one after it.
+  __device__ __forceinline__ void dyn_fetch_jump(Cursor& c) {
+    if constexpr (DYN) {
+      this->f_seq++;
+      const int chunk = this->draws ? this->ring[this->f_seq & 3] : this->chunks;
+      if (chunk < this->chunks) {
+        c = cursor_at(chunk * DYN_Q);
+        this->f_end = min(c.unit + DYN_Q, this->units);
+        if (tid == 0) this->pend = atomicAdd(locks + this->chunks, 1);
+      } else {
+        this->f_end = -1;   // none left: nothing more is fetched
+      }
+    }
+  }
+  // Thread 0: the draw in flight becomes the next element (a chunk index >= chunks: none). The
+  // draw that returns chunks - 1 is the launch's last one (see DynState): it re-arms the counter.
+  __device__ __forceinline__ void dyn_publish() {
+    if constexpr (DYN) {
+      const int v = this->pend;
+      this->ring[(this->f_seq + 1) & 3] = static_cast<int>(gridDim.x) + v;
+      if (v == this->chunks - 1) atomicExch(locks + this->chunks, 0);
+    }
+  }
+  // The compute cursor's next element's chunk (>= chunks: none); it was written before the
+  // barrier that preceded the fetch of its first unit, STAGES - 1 steps before this cursor
+  // gets there.
+  __device__ __forceinline__ int dyn_next_chunk() const {
+    if constexpr (DYN) return this->draws ? this->ring[(this->c_seq + 1) & 3] : this->chunks;
+    else return 0;
+  }
+  // After the last unit of the compute cursor's chunk: to the next element; false if none.
+  __device__ __forceinline__ bool dyn_compute_jump(Cursor& c) {
+    if constexpr (DYN) {
+      const int chunk = dyn_next_chunk();
+      this->c_seq++;
+      if (chunk >= this->chunks) return false;
+      c = cursor_at(chunk * DYN_Q);
+      this->c_end = min(c.unit + DYN_Q, this->units);
+      this->c_chunk = chunk;
+      return true;
+    } else {
+      return false;
+    }
+  }
+  // Is there a unit after the compute cursor's (`unit`: its index in the static stripe)?
+  __device__ __forceinline__ bool has_next(int unit, const Cursor& compute) const {
+    if constexpr (DYN) return compute.unit + 1 != this->c_end || dyn_next_chunk() < this->chunks;
+    else return unit + 1 < unit_end;
+  }
+  // The stripe's index among the partial slots and column counters: the CTA's, or its chunk's.
+  __device__ __forceinline__ int stripe_index() const {
+    if constexpr (DYN) return this->c_chunk;
+    else return static_cast<int>(blockIdx.x);
   }
 
   // BULK: this thread waits until the bulk copies of the slot's next fill have landed. Every
@@ -1668,6 +1768,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
+  static_assert(!DYN || (PAR_REDUCE && !COOP && !WS && !WGMMA && DYN_Q >= STAGES),
+                "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
+                "to 32 rows), the mma.sync loop without a producer, and DYN_Q >= STAGES");
+  static_assert(!DYN || (MARLIN_PROBE != 4 && MARLIN_PROBE != 5),
+                "the timeline probe's stamps would overlap DYN's counters in locks[]");
 
   // Element i of fragment f held by lane l of warp slot w (= mw * N_WARPS + nw): its row in
   // C (unchecked against prob_m) and column. The same maps as for_each_swapped and c_ptr.
@@ -1838,7 +1943,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
                                                       int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
-    if (kw == 0) store_scratch<NF>(frags, partial_slot(blockIdx.x, top));
+    if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
       if (tid == 0) red_add_release_gpu(locks + top, 1);
@@ -2003,6 +2108,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
 #endif
+    // DYN: the first draw (the CTA's element 1), after the prologue, which stays in chunk 0
+    // (DYN_Q >= STAGES), and after griddepcontrol.wait in the PDL builds: the previous launch
+    // may re-arm the counter until it completes.
+    if constexpr (DYN) {
+      if (this->draws && tid == 0) this->pend = atomicAdd(locks + this->chunks, 1);
+    }
     stamp(2);
     cp_async_wait<STAGES - 2>();
     bulk_wait(0);   // (unit_start < unit_end: CTAs without units have returned)
@@ -2030,7 +2141,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
     int stage = 0;
     int refill = STAGES - 1;
-    for (int unit = unit_start; unit < unit_end; unit++) {
+    // DYN: the loop ends when the compute cursor finds no chunk after its own (below).
+    for (int unit = unit_start; DYN || unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
@@ -2057,7 +2169,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
             if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
           }
           cta_sync();
-          if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
+          if (MARLIN_PROBE != 1 && has_next(unit, compute))
             fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else if (MARLIN_PROBE != 1) {
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
@@ -2079,13 +2191,26 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
       if (K_SUB % 2 == 1) {
         regs[0] = regs[1];
       }
-      if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
-        if (unit == unit_end - 1) stamp_last_column();
-        if constexpr (SWAP > 0) finish_column(acc_t, compute, unit == unit_end - 1);
-        else finish_column(acc, compute, unit == unit_end - 1);
-        zero_acc();
+      if constexpr (DYN) {
+        // The chunk's last unit ends its stripe: the column's partial goes out, the cursor
+        // jumps to the CTA's next chunk, or the loop ends.
+        const bool last = compute.unit + 1 == this->c_end;
+        if (compute.kt == k_tiles - 1 || last) {
+          if constexpr (SWAP > 0) finish_column(acc_t, compute, last);
+          else finish_column(acc, compute, last);
+          zero_acc();
+        }
+        if (!last) advance(compute);
+        else if (!dyn_compute_jump(compute)) break;
+      } else {
+        if (compute.kt == k_tiles - 1 || unit == unit_end - 1) {
+          if (unit == unit_end - 1) stamp_last_column();
+          if constexpr (SWAP > 0) finish_column(acc_t, compute, unit == unit_end - 1);
+          else finish_column(acc, compute, unit == unit_end - 1);
+          zero_acc();
+        }
+        advance(compute);
       }
-      advance(compute);
       refill = stage;
       stage = next;
     }
@@ -2257,13 +2382,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)> {
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false>
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();
@@ -2284,7 +2409,14 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.k_tiles = prob_k / K::TILE_K;
   k.n_tiles = prob_n / K::TILE_N;
   const int units = k.k_tiles * k.n_tiles * parallel;
-  k.iters = (units + gridDim.x - 1) / gridDim.x;
+  if constexpr (K::DYN) {
+    k.iters = DYN_Q;   // a chunk: its index takes the CTA's place in the reduction's formulas
+    k.units = units;
+    k.chunks = (units + DYN_Q - 1) / DYN_Q;
+    k.draws = static_cast<int>(gridDim.x) < k.chunks;
+  } else {
+    k.iters = (units + gridDim.x - 1) / gridDim.x;
+  }
   k.unit_start = blockIdx.x * k.iters;
   k.unit_end = min(k.unit_start + k.iters, units);
   if (k.unit_start >= units) {  // more CTAs than units: this one has nothing to do
@@ -2298,6 +2430,12 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.sh_z = k.sh_s + STAGES * K::S_STAGE;
   k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
   k.bar_full = smem_addr(k.sh_red + K::RED);
+  if constexpr (K::DYN) {
+    k.ring = reinterpret_cast<int*>(reinterpret_cast<int4*>(k.sh_red + K::RED) + K::BARS);
+    k.f_end = k.c_end = k.unit_end;
+    k.f_seq = k.c_seq = 0;
+    k.c_chunk = blockIdx.x;
+  }
   k.tid = threadIdx.x;
   k.lane = threadIdx.x % 32;
   // wgmma: broadcast from lane 0 so the compiler knows the warp index is warp-uniform; the

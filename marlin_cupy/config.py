@@ -76,6 +76,13 @@ class KernelConfig:
     #: gives up registers to them (setmaxnreg: 56 for itself, and 224 for 256 compute threads,
     #: 104 for 512, 200 for 128 with two CTAs per SM; ``producer_registers``). Name: _ws.
     producer: bool = False
+    #: (parallel_reduce, tiles of up to 32 rows, mma.sync without a producer) units handed out
+    #: at run time: the stripes become chunks of ``dyn_chunk`` units, more of them than CTAs;
+    #: each CTA takes its first chunk by its index and draws the next ones from a counter in
+    #: the workspace, so SMs that stream faster take more (0: one static stripe per CTA). The
+    #: column sums are the parallel reduction's, in chunk order: reproducible bits. At least
+    #: ``stages`` (the prologue stays in the first chunk). Name: _q<dyn_chunk>.
+    dyn_chunk: int = 0
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -100,6 +107,11 @@ class KernelConfig:
     @property
     def k_warps(self) -> int:
         return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
+
+    def chunks(self, units: int) -> int:
+        """(dyn_chunk) Chunks of a launch with ``units`` units; each has a column counter and
+        two partial slots in the workspace, and the grid never exceeds their count."""
+        return -(-units // self.dyn_chunk)
 
     @property
     def launch_threads(self) -> int:
@@ -154,11 +166,12 @@ class KernelConfig:
         wg = "_wg" if self.wgmma else ""
         wn = f"_w{self.warp_n}" if self.warp_n else ""
         ws = "_ws" if self.producer else ""
+        dq = f"_q{self.dyn_chunk}" if self.dyn_chunk else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -169,12 +182,12 @@ class KernelConfig:
                              f"per-channel scales; then fp32, fp32par (parallel) or fp16 global "
                              f"reduction; optional "
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
-                             f"for its columns per warp, _ws for a producer warpgroup, then _b2 for two "
-                             f"CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, occ = m.groups()
+                             f"for its columns per warp, _ws for a producer warpgroup, _q8 for units "
+                             f"handed out at run time in chunks of 8, then _b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
-                   red == "fp32par", int(wn) if wn else 0, bool(ws))
+                   red == "fp32par", int(wn) if wn else 0, bool(ws), int(dq) if dq else 0)
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -195,7 +208,8 @@ class KernelConfig:
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
         # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty).
         bars = self.stages if self.producer else (self.stages + 1) // 2
-        return 16 * (self.stages * (a + b + s + z) + red + bars)
+        ring = 1 if self.dyn_chunk else 0   # dyn_chunk: the ring of drawn chunks (4 ints)
+        return 16 * (self.stages * (a + b + s + z) + red + bars + ring)
 
     def problems(self) -> list:
         """Every violated constraint, as sentences (empty when the config is valid)."""
@@ -258,6 +272,12 @@ class KernelConfig:
                         f"wgmma={self.wgmma})")
         if self.parallel_reduce and not self.fp32_reduce:
             errs.append("parallel_reduce sums FP32 partials: it needs fp32_reduce")
+        if self.dyn_chunk and (not self.parallel_reduce or self.tile_m >= 48 or self.wgmma or
+                               self.producer or self.dyn_chunk < self.stages):
+            errs.append(f"dyn_chunk={self.dyn_chunk} (units handed out at run time) needs "
+                        f"parallel_reduce with tiles of up to 32 rows (the last arriver's sum), "
+                        f"the mma.sync loop without wgmma or a producer, and at least "
+                        f"stages={self.stages} units per chunk")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -367,6 +387,15 @@ PARALLEL_REDUCE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
 MMA_PRODUCER_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws", "t256_m1_n16_k8_s4_g8_fp32_sw2_ws",
     "t256_m1_n8_k16_s4_gc_fp32par_ws", "t128_m1_n16_k8_s4_g8_fp32par_sw1_ws_b2"))
+
+#: Units handed out at run time (``dyn_chunk``), one per path: swapped operands at one and two
+#: 8-row blocks, two CTAs per SM, an eight-stage ring, unswapped tiles of 16 and 32 rows,
+#: per-channel scales. CI compiles them; the GPU tests compare each bitwise with its twin of
+#: static stripes of the chunk's size, on every grid (NOTES.md entry 53).
+DYN_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t256_m1_n16_k8_s4_g8_fp32par_sw1_q8_b2", "t256_m1_n8_k8_s8_g8_fp32par_sw1_q8",
+    "t256_m1_n16_k16_s4_g8_fp32par_sw2_q4", "t256_m1_n8_k16_s6_g8_fp32par_q6",
+    "t256_m2_n8_k16_s4_gc_fp32par_q4", "t128_m1_n4_k8_s4_g4_fp32par_q5_b2"))
 
 #: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
 #: without one (the same sums in the same order, only the copies move).

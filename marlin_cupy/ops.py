@@ -272,6 +272,7 @@ class Plan(NamedTuple):
     parallel: int
     smem: int
     scratch_floats: int
+    locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -304,10 +305,18 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
                          f"run safely.")
     per_sm = min(cfg.blocks_per_sm, resident)
     cap = facts["sms"] * per_sm
-    grid = min(units, cap if max_ctas is None else min(max_ctas, cap))
-    # One partial-sum slot per CTA for the serial reduction (the column's top CTA's); two per
-    # CTA for the parallel one (the column its stripe starts in, and the one it ends in).
-    slots = grid * (2 if cfg.parallel_reduce else 1)
+    cap = cap if max_ctas is None else min(max_ctas, cap)
+    if cfg.dyn_chunk:
+        # The stripes are the chunks, handed out at run time; never more CTAs than chunks.
+        stripes = cfg.chunks(units)
+        grid = min(stripes, cap)
+        n_locks = stripes + 1   # a counter per column (at its top chunk), then the draws'
+    else:
+        grid = min(units, cap)
+        stripes = n_locks = grid
+    # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
+    # per stripe for the parallel one (the column it starts in, and the one it ends in).
+    slots = stripes * (2 if cfg.parallel_reduce else 1)
     smem = cfg.smem_bytes(has_zp)
     if pdl:
         smem = pdl_padded_smem(smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],
@@ -315,7 +324,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         if kernel.max_dynamic_shared_size_bytes < smem:
             kernel.max_dynamic_shared_size_bytes = smem
     return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
-                slots * cfg.tile_m * cfg.tile_n)
+                slots * cfg.tile_m * cfg.tile_n, n_locks)
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
@@ -383,7 +392,7 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
             return _like_input(out if out is not None else out_cp, is_torch)
         if mw.perm is not None:
             x2 = cp.take(x2, mw.perm, axis=1)          # act-order: columns in group order
-        locks, scratch = workspace(stream).get(plan.grid, plan.scratch_floats)
+        locks, scratch = workspace(stream).get(plan.locks, plan.scratch_floats)
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
         args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
                 np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))

@@ -91,8 +91,8 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import (MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
-                                    WGMMA_EXAMPLES, tuned_instances)
+    from marlin_cupy.config import (DYN_EXAMPLES, MMA_PRODUCER_EXAMPLES,
+                                    PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
@@ -107,6 +107,8 @@ def config_targets():
            for zp in (False, True)]
     # The producer warpgroup waits with mbarrier.try_wait: sm_90 only.
     par += [target(cfg, zp, ("sm_90",)) for cfg in MMA_PRODUCER_EXAMPLES for zp in (False, True)]
+    # Units handed out at run time (mma.sync, sm_80 and sm_90).
+    par += [target(cfg, zp) for cfg in DYN_EXAMPLES for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the
     # prologue only; the heuristic's configs are not compiled in it here.
@@ -120,8 +122,8 @@ def config_targets():
         for cfg in cfgs for zp in (False, True)]
     return targets + tuned + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
-        f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction and "
-        f"mma.sync producer examples "
+        f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction, "
+        f"mma.sync producer and run-time hand-out examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")
 
 

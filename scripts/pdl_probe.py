@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         ws = ops.workspace(stream)
 
         def launchers(plan, x, mws, out, kernel_pdl):
-            locks, scratch = ws.get(plan.grid, plan.scratch_floats)
+            locks, scratch = ws.get(plan.locks, plan.scratch_floats)
             m, k = x.shape
             n = out.shape[1]
 
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
                 continue
             for m in (1, 16, 64, 128):
                 plan = ops.plan(m, n, k, g)
-                ws_locks, ws_scratch = ws.get(plan.grid, plan.scratch_floats)
+                ws_locks, ws_scratch = ws.get(plan.locks, plan.scratch_floats)
                 mws = random_weight_rotation(k, n, g, rng, cap_bytes=k * n // 2 * 8)[:8]
                 ys = {}
                 for mode in ("plain", "pdl"):

@@ -2,7 +2,7 @@
 """A few small kernel launches for compute-sanitizer (memcheck, racecheck) to watch.
 
     python3 scripts/sanitize_case.py [--configs 4 | --all-configs | --names CFG,...]
-                                     [--shapes "M,K,N;..."]
+                                     [--shapes "M,K,N;..."] [--max-ctas N]
     compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py
 
 Runs the smoke kernel (cuda/smoke.cu), then ``mc.matmul`` on small problems (odd M, M > 64,
@@ -81,7 +81,7 @@ def group_size_of(cfg) -> int:
     return -1 if blocks == -1 else 16 * blocks
 
 
-def matmul_cases(count: int | None, names=(), shapes=SHAPES):
+def matmul_cases(count: int | None, names=(), shapes=SHAPES, max_ctas: int | None = None):
     """Run every (config, shape, sym) case; returns (ran, skipped, failures)."""
     import cupy as cp
     import marlin_cupy as mc
@@ -119,6 +119,8 @@ def matmul_cases(count: int | None, names=(), shapes=SHAPES):
                     prepared[sym, gs] = (pack(qw).to_device(), ref, err16)
                 mw, ref, err_fp16 = prepared[sym, gs]
                 kwargs = {"config": cfg} if cfg is not None else {}
+                if max_ctas is not None:
+                    kwargs["max_ctas"] = max_ctas
                 # The default dispatch's repeat through the pdl=True build (cc 9.0+).
                 again = dict(kwargs, pdl=True) if pdl_ok and cfg is None else kwargs
                 if again is not kwargs:
@@ -158,6 +160,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="",
                     help='"M,K,N;M,K,N" problems instead of the default three (e.g. a deep K, so '
                          "that the bottom CTA of a split column goes on past it)")
+    ap.add_argument("--max-ctas", type=int, default=None,
+                    help="cap the grid (e.g. fewer CTAs than chunks, so that a dyn_chunk config "
+                         "draws its chunks at run time on small problems)")
     args = ap.parse_args(argv)
     shapes = (tuple(tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s)
               or SHAPES)
@@ -167,7 +172,8 @@ def main(argv=None) -> int:
     smoke_ok = smoke()
     try:
         ran, skipped, failures = matmul_cases(None if args.all_configs else args.configs,
-                                              [n for n in args.names.split(",") if n], shapes)
+                                              [n for n in args.names.split(",") if n], shapes,
+                                              args.max_ctas)
     except Exception as e:               # e.g. an illegal instruction poisons the context
         print(f"ERROR while running matmul cases: {type(e).__name__}: {e}")
         ran, skipped, failures = 0, 0, 1

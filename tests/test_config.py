@@ -22,6 +22,14 @@ INVALID = {
     # 32-column warps: 64 columns are 2 warps, not a warpgroup
     "wgmma16_n_blocks": KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=4,
                                      thread_k_blocks=8, swap_ab=16, wgmma=True),
+    # run-time hand-out: the serial reduction, chunks shorter than the ring, the shared sum
+    # (48-row tiles), wgmma, a producer
+    "dyn_serial": KernelConfig(dyn_chunk=8),
+    "dyn_short_chunk": KernelConfig(parallel_reduce=True, stages=6, dyn_chunk=5),
+    "dyn_coop": KernelConfig(thread_m_blocks=4, parallel_reduce=True, dyn_chunk=8),
+    "dyn_wgmma": KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
+                              parallel_reduce=True, dyn_chunk=8),
+    "dyn_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, dyn_chunk=8),
 }
 
 
@@ -52,10 +60,10 @@ class TestValidationMirrorsStaticAsserts:
         """smem_bytes, the warps along N and K and the columns per warp, checked against the
         kernel's own constexprs by static_asserts that NVRTC evaluates (no GPU): every example,
         every tuned config and a spread of the instantiated ones, sym and zero-point."""
-        from marlin_cupy.config import (PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
-                                        WGMMA_EXAMPLES)
+        from marlin_cupy.config import (DYN_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
+                                        PRODUCER_EXAMPLES, WGMMA_EXAMPLES)
         cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
-        cfgs |= set(PRODUCER_EXAMPLES)
+        cfgs |= set(PRODUCER_EXAMPLES) | set(DYN_EXAMPLES)
         cfgs |= {c for cs in tuned_instances().values() for c in cs}
         lines = [kernels._base_source(), "\n"]
         for cfg in sorted(cfgs, key=lambda c: c.name):
@@ -86,7 +94,9 @@ class TestNames:
         KernelConfig(thread_m_blocks=4, thread_k_blocks=8, swap_ab=8, wgmma=True,
                      parallel_reduce=True, warp_n=32, producer=True),
         KernelConfig(threads=128, thread_k_blocks=8, swap_ab=2, wgmma=True, producer=True,
-                     blocks_per_sm=2)],
+                     blocks_per_sm=2),
+        KernelConfig(swap_ab=1, parallel_reduce=True, dyn_chunk=8, blocks_per_sm=2),
+        KernelConfig(thread_m_blocks=2, parallel_reduce=True, dyn_chunk=12)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg
@@ -110,6 +120,16 @@ class TestNames:
                                  producer=True)):
             with pytest.raises(ValueError, match="producer"):
                 bad.validate()
+
+    def test_dyn_chunk_geometry(self):
+        """Run-time hand-out adds the ring of drawn chunks (one int4) to shared memory and
+        counts the chunks of a launch, the last one short."""
+        base = KernelConfig(swap_ab=1, parallel_reduce=True)
+        dyn = base.with_(dyn_chunk=8)
+        assert dyn.name == base.name + "_q8"
+        assert dyn.smem_bytes(False) - base.smem_bytes(False) == 16
+        assert [dyn.chunks(u) for u in (1, 8, 9, 16, 17)] == [1, 1, 2, 2, 3]
+        assert dyn.with_(dyn_chunk=4).validate() and dyn.with_(dyn_chunk=3).problems()
 
     def test_bad_name_says_the_form(self):
         with pytest.raises(ValueError, match="t256_m1_n16_k4_s4_g8_fp32"):

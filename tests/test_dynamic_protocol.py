@@ -1,19 +1,22 @@
-"""Units handed out at run time (benchmarks/NOTES.md, next lever 1; not in the kernel yet),
-modelled on the CPU before any kernel code: the protocol's order of sums, its counters' return
-to zero and the absence of waits, under every interleaving drawn at random. No GPU needed.
+"""Units handed out at run time (``dyn_chunk``, cuda/marlin.cuh ``DynState``; benchmarks/NOTES.md
+entries 51 and 53), modelled on the CPU: the protocol's order of sums, its counters' return to
+zero and the absence of waits, under every interleaving drawn at random. No GPU needed.
 
 The design generalises the parallel reduction's last-arriver path (cuda/marlin.cuh,
 ``finish_split_column`` and ``sum_column``): the launch's units (k-tiles of columns, column by
 column) are cut into chunks of ``q`` consecutive units, stripes as today but more of them than
-CTAs. Each CTA draws the next chunk index from a global counter (one atomic add, drawn a chunk
-ahead) and streams it. A column that lies wholly in one chunk gets its result directly; a
+CTAs. CTA b (of a grid of at most as many CTAs as chunks) streams chunk b first; while it
+streams a chunk it has drawn the next one from a global counter (one atomic add per chunk,
+drawn a chunk ahead: chunk = grid + the counter's old value) and goes on with it. A column that lies wholly in one chunk gets its result directly; a
 column split over chunks ``top..bottom`` (``top = first // q``, ``bottom = last // q``) gets one
 partial from each, stored in that chunk's slot for the column (two per chunk: the column it
 ends in, and the one it starts in), and each chunk counts in on the column's count; the one
 that brings it to ``bottom - top + 1`` sums the slots from +0 in the order bottom..top (as
-``sum_column`` does), writes the result and zeroes the count. A CTA that draws an index past
-the last chunk counts itself out; the last one out zeroes the counter and that count, so the
-next launch finds them as the first did. Nothing ever waits on another CTA.
+``sum_column`` does), writes the result and zeroes the count. A CTA stops at its first draw
+past the last chunk, so the launch makes exactly one draw per chunk (grid first chunks by
+index, each later chunk by a draw, and one failed draw per CTA): the draw that returns
+``chunks - 1`` is the last, and that CTA zeroes the counter, so the next launch finds it as the
+first did. With as many CTAs as chunks nobody draws. Nothing ever waits on another CTA.
 
 The model is sequentially consistent: each step below is one of the kernel's atomics or stores,
 in the order the kernel must make visible (a release before each count-in, an acquire after the
@@ -55,11 +58,11 @@ def reference(values: np.ndarray, q: int) -> np.ndarray:
 
 
 class Memory:
-    """What the launches share: the counter, the count of CTAs out, the column counts, the
-    chunk slots, the output."""
+    """What the launches share: the draw counter, the column counts, the chunk slots, the
+    output."""
 
     def __init__(self, columns: int, n_chunks: int):
-        self.next, self.out_count = 0, 0
+        self.next = 0
         self.count = [0] * columns
         self.slots = [None] * (2 * n_chunks)
         self.result = [None] * columns
@@ -74,20 +77,24 @@ def launch(mem: Memory, values: np.ndarray, q: int, ctas: int, choices,
     mem.result = [None] * columns
     arrivals = {c: [] for c in range(columns)}      # for the negative test's arrival order
 
-    def cta():
+    grid = min(ctas, n_chunks)                       # ops: never more CTAs than chunks
+    draws = grid < n_chunks
+
+    def cta(idx):
         # Each CTA is a generator of steps; one `next()` is one atomic or store of the kernel.
-        idx = mem.next
-        mem.next += 1                                # atomicAdd(next, 1): the first chunk
-        yield
-        while idx < n_chunks:
-            ahead = mem.next
-            mem.next += 1                            # the next chunk's index, drawn a chunk ahead
-            yield
+        while True:
+            if draws:
+                v = mem.next
+                mem.next += 1                        # atomicAdd: the next chunk, a chunk ahead
+                yield
             lo, hi = idx * q, min(units, (idx + 1) * q)
             parts = {}
             for u in range(lo, hi):                  # streaming the chunk (no shared state)
                 c, k = divmod(u, k_tiles)
                 parts[c] = np.float32(parts.get(c, np.float32(0)) + values[c, k])
+            ahead = grid + v if draws else n_chunks  # the draw, published to the CTA
+            if draws and v == n_chunks - 1 and rearm:
+                mem.next = 0                         # the launch's last draw re-arms the counter
             yield
             for c, part in parts.items():            # the columns it ends, in order
                 top, bottom = cols[c]
@@ -112,13 +119,11 @@ def launch(mem: Memory, values: np.ndarray, q: int, ctas: int, choices,
                     if rearm:
                         mem.count[c] = 0
                     yield
+            if ahead >= n_chunks:                    # drew past the last chunk: done
+                return
             idx = ahead
-        mem.out_count += 1                           # drew past the last chunk: count out
-        if mem.out_count == ctas and rearm:
-            mem.next, mem.out_count = 0, 0           # the last one out re-arms the launch
-        yield
 
-    running = [cta() for _ in range(ctas)]
+    running = [cta(b) for b in range(grid)]
     while running:
         i = choices(len(running))
         try:
@@ -147,12 +152,12 @@ def test_any_interleaving_gives_the_chunk_order_sum_and_rearms(columns, k_tiles,
         launch(mem, values, chunk, ctas, choices)
         got = np.array(mem.result, dtype=np.float32)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-        assert mem.next == 0 and mem.out_count == 0 and mem.count == [0] * columns
+        assert mem.next == 0 and mem.count == [0] * columns
 
 
 def test_without_rearming_the_second_launch_breaks():
-    """The check can fail: counts left at their final values make the next launch skip or
-    never complete its columns' sums."""
+    """The check can fail: a counter left at its final value hands the next launch's CTAs no
+    chunk after their first, and column counts left armed complete sums early or never."""
     rng = np.random.default_rng(1)
     values = _values(rng, 3, 8)
     mem = Memory(3, 8)

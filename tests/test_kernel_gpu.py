@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
-from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
-                                WGMMA_EXAMPLES, KernelConfig, tuned_instances)
+from marlin_cupy.config import (DYN_EXAMPLES, INSTANTIATED, PARALLEL_REDUCE_EXAMPLES,
+                                PRODUCER_EXAMPLES, WGMMA_EXAMPLES, KernelConfig, tuned_instances)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
@@ -244,6 +244,81 @@ class TestProducer:
                     assert got <= 255
                 else:
                     assert -(-got // 8) * 8 == regs[0], (cfg.name, zp, got)
+
+
+class TestDynamicHandOut:
+    """Units handed out at run time (``dyn_chunk``): the chunks have fixed boundaries and each
+    column's partials are summed in chunk order, so the output is the same bits whichever CTA
+    drew which chunk: on every grid (one CTA drawing every chunk, a few racing for them, one
+    CTA per chunk and no draw at all), equal to static stripes of the chunk's size where the
+    static partition cuts the same stripes. The draw counter and the column counters are zero
+    again after every launch."""
+
+    @staticmethod
+    def _units(cfg, k, n, m):
+        return (k // cfg.tile_k) * (n // cfg.tile_n) * -(-m // cfg.tile_m)
+
+    @pytest.mark.parametrize("cfg", DYN_EXAMPLES, ids=lambda c: c.name)
+    def test_same_bits_on_every_grid(self, cfg):
+        from marlin_cupy.ops import plan, workspace
+        _skip_unless_runs(cfg, True)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 2)
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        static = cfg.with_(dyn_chunk=0)
+        q = cfg.dyn_chunk
+        # Columns longer and shorter than a chunk; unit counts with and without a short last
+        # chunk; at three slabs, more chunks than 132 CTAs (one per SM: the default grid draws).
+        for k_tiles, n_tiles in ((3 * q + 1, 2), (q // 2 + 1, 5), (4 * q, 12)):
+            k = k_tiles * cfg.tile_k
+            if group > 0 and k % group:
+                k = -(-k // group) * group
+            n = n_tiles * cfg.tile_n
+            for sym in (True, False):
+                qw = make_weight(rng, k, n, group, sym=sym)
+                mw = mc.pack(qw).to_device()
+                for m in ((1, 8) if cfg.max_m == 8 else (1, cfg.tile_m - 3, 2 * cfg.tile_m + 1)):
+                    x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                    units = self._units(cfg, k, n, m)
+                    chunks = cfg.chunks(units)
+                    first = mc.matmul(x, mw, config=cfg)
+                    grids = {None, 1, 2, 3, max(1, chunks // 2), chunks, chunks + 5}
+                    for max_ctas in sorted(grids, key=lambda v: -1 if v is None else v):
+                        got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                        assert cp.array_equal(got.view(cp.uint16), first.view(cp.uint16)), \
+                            (k, n, m, max_ctas, sym)
+                        assert plan(m, n, k, group, not sym, cfg, max_ctas).grid <= chunks
+                    # Static stripes of q units: the same partials, the same order.
+                    if -(-units // chunks) == q and chunks <= plan(m, n, k, group, not sym,
+                                                                 static).grid:
+                        want = mc.matmul(x, mw, config=static, max_ctas=chunks)
+                        assert cp.array_equal(want.view(cp.uint16), first.view(cp.uint16)), \
+                            (k, n, m, sym, "static")
+                    judge(cp.asnumpy(x), qw, first)
+        cp.cuda.get_current_stream().synchronize()
+        assert int(cp.count_nonzero(workspace().locks)) == 0
+
+    def test_repeated_calls_rearm_the_draw_counter(self):
+        """Many launches in a row, with draws (a counter left armed would hand out chunks that
+        do not exist, or none), also through the pdl=True build, where a launch may start
+        before the previous one ends (its first draw waits for it): the same bits every time,
+        the workspace zero after."""
+        from marlin_cupy.ops import device_facts, workspace
+        cfg = DYN_EXAMPLES[0]
+        _skip_unless_runs(cfg)
+        rng = np.random.default_rng(15)
+        qw = make_weight(rng, 8192, 4 * cfg.tile_n, 128)
+        mw = mc.pack(qw).to_device()
+        x = cp.asarray(rng.standard_normal((3, 8192)).astype(np.float16))
+        first = mc.matmul(x, mw, config=cfg)
+        pdl = (False, True) if int(device_facts()["cc"]) >= 90 else (False,)
+        for max_ctas in (None, 5, 1, None, 7) * 6:
+            for p in pdl:
+                again = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=p)
+                assert cp.array_equal(first.view(cp.uint16), again.view(cp.uint16)), \
+                    (max_ctas, p)
+        cp.cuda.get_current_stream().synchronize()
+        assert int(cp.count_nonzero(workspace().locks)) == 0
+        judge(cp.asnumpy(x), qw, first)
 
 
 class TestDeterminismAndWorkspace:
