@@ -40,6 +40,20 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
+// The last arriver's sum of a split column (sum_column): partial slots loaded this many at a
+// time before they are added, still one after another from +0 in the order bottom..top (the
+// same bits). 1: one slot's loads, then its adds, then the next slot's (one L2 round trip per
+// slot; the version before benchmarks/NOTES.md entry 53, kept for A/B runs).
+#ifndef MARLIN_SUM_AHEAD
+#define MARLIN_SUM_AHEAD 4
+#endif
+
+// (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
+// b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
+#ifndef MARLIN_DYN_RR
+#define MARLIN_DYN_RR 0
+#endif
+
 // The wgmma loop's activation descriptors by one addition per step (the stage's base plus a
 // per-step constant) instead of rebuilding each from its shared address (shift, mask, OR: 7
 // uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
@@ -1089,7 +1103,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if constexpr (DYN) {
       if (c.unit == this->f_end) dyn_fetch_jump(c);
       if (c.unit < this->f_end) fetch_to_shared(c, stage);
-      if (this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
+      if (!MARLIN_DYN_RR && this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
     } else {
       if (c.unit < unit_end) fetch_to_shared(c, stage);
     }
@@ -1103,11 +1117,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void dyn_fetch_jump(Cursor& c) {
     if constexpr (DYN) {
       this->f_seq++;
-      const int chunk = this->draws ? this->ring[this->f_seq & 3] : this->chunks;
+      const int chunk = MARLIN_DYN_RR ? static_cast<int>(blockIdx.x + this->f_seq * gridDim.x)
+                        : this->draws ? this->ring[this->f_seq & 3] : this->chunks;
       if (chunk < this->chunks) {
         c = cursor_at(chunk * DYN_Q);
         this->f_end = min(c.unit + DYN_Q, this->units);
-        if (tid == 0) this->pend = atomicAdd(locks + this->chunks, 1);
+        if (!MARLIN_DYN_RR && tid == 0) this->pend = atomicAdd(locks + this->chunks, 1);
       } else {
         this->f_end = -1;   // none left: nothing more is fetched
       }
@@ -1126,7 +1141,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // barrier that preceded the fetch of its first unit, STAGES - 1 steps before this cursor
   // gets there.
   __device__ __forceinline__ int dyn_next_chunk() const {
-    if constexpr (DYN) return this->draws ? this->ring[(this->c_seq + 1) & 3] : this->chunks;
+    if constexpr (DYN)
+      return MARLIN_DYN_RR ? static_cast<int>(blockIdx.x + (this->c_seq + 1) * gridDim.x)
+             : this->draws ? this->ring[(this->c_seq + 1) & 3] : this->chunks;
     else return 0;
   }
   // After the last unit of the compute cursor's chunk: to the next element; false if none.
@@ -1723,6 +1740,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     return 2 * cta + (cta == top ? 1 : 0);
   }
 
+  // Slots whose loads sum_column keeps in flight (MARLIN_SUM_AHEAD at most): 16 float4 per
+  // thread at most, 8 with two CTAs per SM, where the loop's state already fills the 128
+  // registers (more spill, measured offline).
+  template <int NF>
+  static __host__ __device__ constexpr int SUM_AHEAD() {
+    return (MIN_BLOCKS >= 2 ? 8 : 16) / NF < MARLIN_SUM_AHEAD ? (MIN_BLOCKS >= 2 ? 8 : 16) / NF
+                                                              : MARLIN_SUM_AHEAD;
+  }
+
   // The last arriver of a column: every partial from scratch, added from +0 in the order
   // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
   template <typename Acc>
@@ -1731,7 +1757,33 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+      if constexpr (SUM_AHEAD<NF>() <= 1) {
+        for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+      } else {
+        // AHEAD slots' loads in flight, then their adds in order (the same sums).
+        constexpr int AHEAD = SUM_AHEAD<NF>();
+        const float4* src = scratch + (mw * N_WARPS + nw) * RED_WARP + lane;
+        for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
+          float4 v[AHEAD][NF];
+#pragma unroll
+          for (int a = 0; a < AHEAD; a++)
+#pragma unroll
+            for (int f = 0; f < NF; f++)
+              if (c0 - a >= top)
+                v[a][f] = __ldcg(src + static_cast<size_t>(partial_slot(c0 - a, top)) *
+                                           (TILE_M * TILE_N / 4) + f * 32);
+#pragma unroll
+          for (int a = 0; a < AHEAD; a++)
+#pragma unroll
+            for (int f = 0; f < NF; f++)
+              if (c0 - a >= top) {
+                frags[f][0] += v[a][f].x;
+                frags[f][1] += v[a][f].y;
+                frags[f][2] += v[a][f].z;
+                frags[f][3] += v[a][f].w;
+              }
+        }
+      }
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
@@ -2112,7 +2164,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // (DYN_Q >= STAGES), and after griddepcontrol.wait in the PDL builds: the previous launch
     // may re-arm the counter until it completes.
     if constexpr (DYN) {
-      if (this->draws && tid == 0) this->pend = atomicAdd(locks + this->chunks, 1);
+      if (!MARLIN_DYN_RR && this->draws && tid == 0)
+        this->pend = atomicAdd(locks + this->chunks, 1);
     }
     stamp(2);
     cp_async_wait<STAGES - 2>();
