@@ -40,18 +40,17 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
-// The last arriver's sum of a split column (sum_column): partial slots loaded this many at a
-// time before they are added, still one after another from +0 in the order bottom..top (the
-// same bits). 1: one slot's loads, then its adds, then the next slot's (one L2 round trip per
-// slot; the version before benchmarks/NOTES.md entry 53, kept for A/B runs).
-#ifndef MARLIN_SUM_AHEAD
-#define MARLIN_SUM_AHEAD 4
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
 #define MARLIN_DYN_RR 0
+#endif
+
+// (Measurement only, wrong results possible: NOTES.md entry 53) 1: a split column's count-in
+// (parallel reduction) and the serial chain's hand-over are relaxed, without the release
+// (MEMBAR.ALL.GPU, which waits for the thread's cp.async copies in flight) and the acquire.
+#ifndef MARLIN_NO_RELEASE
+#define MARLIN_NO_RELEASE 0
 #endif
 
 // The wgmma loop's activation descriptors by one addition per step (the stage's base plus a
@@ -1740,15 +1739,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     return 2 * cta + (cta == top ? 1 : 0);
   }
 
-  // Slots whose loads sum_column keeps in flight (MARLIN_SUM_AHEAD at most): 16 float4 per
-  // thread at most, 8 with two CTAs per SM, where the loop's state already fills the 128
-  // registers (more spill, measured offline).
-  template <int NF>
-  static __host__ __device__ constexpr int SUM_AHEAD() {
-    return (MIN_BLOCKS >= 2 ? 8 : 16) / NF < MARLIN_SUM_AHEAD ? (MIN_BLOCKS >= 2 ? 8 : 16) / NF
-                                                              : MARLIN_SUM_AHEAD;
-  }
-
   // The last arriver of a column: every partial from scratch, added from +0 in the order
   // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
   template <typename Acc>
@@ -1757,33 +1747,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      if constexpr (SUM_AHEAD<NF>() <= 1) {
-        for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-      } else {
-        // AHEAD slots' loads in flight, then their adds in order (the same sums).
-        constexpr int AHEAD = SUM_AHEAD<NF>();
-        const float4* src = scratch + (mw * N_WARPS + nw) * RED_WARP + lane;
-        for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
-          float4 v[AHEAD][NF];
-#pragma unroll
-          for (int a = 0; a < AHEAD; a++)
-#pragma unroll
-            for (int f = 0; f < NF; f++)
-              if (c0 - a >= top)
-                v[a][f] = __ldcg(src + static_cast<size_t>(partial_slot(c0 - a, top)) *
-                                           (TILE_M * TILE_N / 4) + f * 32);
-#pragma unroll
-          for (int a = 0; a < AHEAD; a++)
-#pragma unroll
-            for (int f = 0; f < NF; f++)
-              if (c0 - a >= top) {
-                frags[f][0] += v[a][f].x;
-                frags[f][1] += v[a][f].y;
-                frags[f][2] += v[a][f].z;
-                frags[f][3] += v[a][f].w;
-              }
-        }
-      }
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
@@ -2003,7 +1967,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
-    if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
+    if (tid == 0)
+      last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
+                                : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
     const bool sums = cta_sync_or(last);
     stamp_if_last(7);
     if (sums) sum_column(acc, slab, n_tile, top, bottom);
@@ -2085,7 +2051,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // Published as above: the barrier, then thread 0's release.
     cta_sync();
     stamp_if_last(8);
-    if (tid == 0) st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
+    if (tid == 0) {
+      if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, idx == count - 1 ? 0 : idx + 1);
+      else st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
+    }
     return false;
   }
 
