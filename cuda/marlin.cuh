@@ -53,17 +53,6 @@
 #define MARLIN_NO_RELEASE 0
 #endif
 
-// Who publishes a split column's partial sums (the count-in of the parallel reduction, the
-// serial chain's hand-over) in the mma.sync loop without a producer. The publication is a
-// GPU-scope release: a MEMBAR.ALL.GPU that waits for every memory operation the issuing
-// thread has in flight, its cp.async copies of the ring included, while the CTA waits at the
-// barrier after it (NOTES.md entry 53: a relaxed publication, measured, was 1.6-1.8 % faster
-// summed at M <= 16). 1: the last warp issues no copies (the others take its share) and its
-// lane 0 publishes, with nothing of its own in flight. 0: thread 0, which copies like all.
-#ifndef MARLIN_RELEASE_WARP
-#define MARLIN_RELEASE_WARP 1
-#endif
-
 // The wgmma loop's activation descriptors by one addition per step (the stage's base plus a
 // per-step constant) instead of rebuilding each from its shared address (shift, mask, OR: 7
 // uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
@@ -720,9 +709,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // warpgroup of COPY_T = 128 threads that issues every copy of the ring; each slot has a
   // `full` mbarrier (the producer's copies arrive on it as they complete) and an `empty` one
   // (every compute thread arrives once its reads of the slot are over). Without it the
-  // THREADS compute threads issue the copies themselves (COPY_T = THREADS, or THREADS - 32
-  // with the release warp below).
+  // THREADS compute threads issue the copies themselves (COPY_T = THREADS).
   static constexpr bool WS = PRODUCER;
+  static constexpr int COPY_T = WS ? 128 : THREADS;
   static_assert(!WS || MARLIN_BULK == 0,
                 "the producer warpgroup and MARLIN_BULK exclude each other (see MARLIN_WS_BULK)");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -788,12 +777,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static constexpr int S_STAGE = PER_CHANNEL ? 0 : GROUPS_PER_STAGE * S_ROW;
   static constexpr int Z_ROW = N_BLOCKS / 2;                        // TILE_N nibbles
   static constexpr int Z_STAGE = HAS_ZP ? GROUPS_PER_STAGE * Z_ROW : 0;
-  // MARLIN_RELEASE_WARP (above): threads COPY_T.. issue no copies, and SYNC_TID publishes;
-  // where the others cannot take one scale or zero-point row each, thread 0 publishes.
-  static constexpr bool REL_WARP = MARLIN_RELEASE_WARP && !WS && !WGMMA && MARLIN_BULK == 0 &&
-                                   S_STAGE <= THREADS - 32 && Z_STAGE <= THREADS - 32;
-  static constexpr int COPY_T = WS ? 128 : REL_WARP ? THREADS - 32 : THREADS;
-  static constexpr int SYNC_TID = REL_WARP ? THREADS - 32 : 0;
   static constexpr int RED_SLOTS = K_WARPS / 2;                     // log-tree reduction
   // float4 per warp of a reduction or scratch slot (the 32-column warps: exactly their own)
   static constexpr int RED_WARP =
@@ -1034,7 +1017,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
   __device__ __forceinline__ void fetch_a(const Cursor& c, int stage) {
-    if (REL_WARP && tid >= COPY_T) return;   // the publishing warp copies nothing
     {
       const int rows_left = prob_m - c.slab * TILE_M;
       const int4* a_gl = c.a;
@@ -1058,7 +1040,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   template <bool L2_ONLY = false>
   __device__ __forceinline__ void fetch_weights(const Cursor& c, int stage) {
-    if (REL_WARP && tid >= COPY_T) return;   // the publishing warp copies nothing
     const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
     if constexpr (BULK && !L2_ONLY) {
       // One elected lane of warp 0 (WS: of the producer's first warp): K_BLOCKS rows of B_ROW
@@ -1950,7 +1931,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if (top == bottom) return;
     const int count = bottom - top + 1;
     const int waiters = bottom - top + (bottom_ends_column(first, bottom) ? 1 : 0);
-    if (tid == SYNC_TID) {
+    if (tid == 0) {
       while (ld_acquire_gpu(locks + top) < count) {
       }
     }
@@ -1965,14 +1946,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                    static_cast<int>(blockIdx.x) - top, waiters);
     cta_sync();
     stamp(8);
-    if (tid == SYNC_TID && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1)
-      locks[top] = 0;
+    if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
   }
 
   // Publication of a partial (NOTES.md entries 22-23): a barrier, then one GPU-scope release
-  // by thread SYNC_TID (its atomic; MARLIN_RELEASE_WARP, entry 53). A release is cumulative:
-  // the barrier orders every thread's scratch stores before it, so they are visible to
-  // whoever acquires the counter (PTX ISA, memory consistency model). No thread fences alone; a fence in every thread was 1.2-1.8 %
+  // by thread 0 (its atomic). A release is cumulative: the barrier orders every thread's
+  // scratch stores before it, so they are visible to whoever acquires the counter (PTX ISA,
+  // memory consistency model). No thread fences alone; a fence in every thread was 1.2-1.8 %
   // slower summed at M = 1..128.
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
@@ -1982,12 +1962,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
-      if (tid == SYNC_TID) red_add_release_gpu(locks + top, 1);
+      if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
-    if (tid == SYNC_TID)
+    if (tid == 0)
       last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
                                 : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
     const bool sums = cta_sync_or(last);
@@ -2044,7 +2024,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const int count = bottom - top + 1;
     const int idx = bottom - static_cast<int>(blockIdx.x);  // 0 = first to add
     int* lock = locks + top;
-    if (tid == SYNC_TID) {
+    if (tid == 0) {
       while (ld_acquire_gpu(lock) != idx) {
       }
     }
@@ -2068,10 +2048,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         else store_partial(acc, slab, n_tile, top);
       }
     }
-    // Published as above: the barrier, then thread SYNC_TID's release.
+    // Published as above: the barrier, then thread 0's release.
     cta_sync();
     stamp_if_last(8);
-    if (tid == SYNC_TID) {
+    if (tid == 0) {
       if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, idx == count - 1 ? 0 : idx + 1);
       else st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
     }
