@@ -53,16 +53,6 @@
 #define MARLIN_NO_RELEASE 0
 #endif
 
-// When a stripe's first column ends in the middle of the stripe and is shared with other CTAs
-// (this CTA holds its bottom), the mma.sync loop without a producer stores its partial sums
-// there but publishes them (the parallel reduction's count-in, the serial chain's hand-over)
-// only at the stripe's end (1), instead of at once (0). A publication is a GPU-scope release,
-// whose MEMBAR.ALL.GPU waits for the thread's cp.async copies in flight while the CTA waits
-// (NOTES.md entry 54); at the stripe's end the ring is empty. Same sums, same order.
-#ifndef MARLIN_DEFER_PUBLISH
-#define MARLIN_DEFER_PUBLISH 1
-#endif
-
 // The wgmma loop's activation descriptors by one addition per step (the stage's base plus a
 // per-step constant) instead of rebuilding each from its shared address (shift, mask, OR: 7
 // uniform-datapath instructions per step). benchmarks/NOTES.md entries 27 and 29: it pays in the
@@ -696,16 +686,6 @@ template <> struct DescBase<true> { uint32_t a_desc_lo; };
 // compute cursor reads it later. DYN_Q >= STAGES: the prologue never leaves chunk 0, whose
 // draw is issued after it (after griddepcontrol.wait in the PDL builds), and is written in
 // the main loop. The members exist only in those builds.
-// MARLIN_DEFER_PUBLISH: the instances that defer (not with a producer, whose compute threads
-// have no copies in flight; not wgmma; not run-time hand-out; not the shared sum of COOP).
-__host__ __device__ constexpr bool defer_publish(bool producer, bool wgmma, int dyn_q,
-                                                 bool par_reduce, int m_blocks) {
-  return MARLIN_DEFER_PUBLISH && !producer && !wgmma && dyn_q == 0 &&
-         !(par_reduce && MARLIN_PAR_COOP && 16 * m_blocks >= 48);
-}
-// The deferred column (d_top < 0: none), a member only of the instances that defer.
-template <bool ON> struct DeferState {};
-template <> struct DeferState<true> { int d_top = -1, d_bottom, d_slab, d_ntile; };
 template <bool ON> struct DynState {};
 template <> struct DynState<true> {
   int chunks;       // chunks of the launch
@@ -720,9 +700,7 @@ template <> struct DynState<true> {
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0>
-struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
-                DeferState<defer_publish(PRODUCER, WGMMA, DYN_Q, PAR_REDUCE, M_BLOCKS)> {
-  static constexpr bool DEFER = defer_publish(PRODUCER, WGMMA, DYN_Q, PAR_REDUCE, M_BLOCKS);
+struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
@@ -2039,26 +2017,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       }
       return false;
     }
-    if constexpr (DEFER) {
-      if (!last) {
-        // The stripe's first column, ending mid-stripe: this CTA holds its bottom (its stripe
-        // starts inside it). Its partial goes out now; publish_deferred() publishes it at the
-        // stripe's end, before this CTA waits on anything.
-        constexpr int NF = sizeof(Acc) / sizeof(FragC);
-        if (kw == 0) {
-          if constexpr (PAR_REDUCE)
-            store_scratch<NF>(reinterpret_cast<FragC*>(&acc), partial_slot(blockIdx.x, top));
-          else if constexpr (SWAP > 0) store_partial_sw(acc, slab, n_tile, top);
-          else store_partial(acc, slab, n_tile, top);
-        }
-        this->d_top = top;
-        this->d_bottom = bottom;
-        this->d_slab = slab;
-        this->d_ntile = n_tile;
-        return false;
-      }
-      if constexpr (!PAR_REDUCE) publish_deferred(acc);   // before this column's wait
-    }
     if constexpr (PAR_REDUCE) {
       finish_split_column(acc, slab, n_tile, top, bottom);
       return false;
@@ -2098,26 +2056,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       else st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
     }
     return false;
-  }
-
-  // MARLIN_DEFER_PUBLISH: the stripe's deferred column, published (the partial was stored
-  // mid-stripe, and the loop's barriers since order those stores before thread 0's release).
-  // The parallel reduction counts in, and the last arriver sums (with `acc` as workspace: call
-  // it once the stripe's last column is out); the serial chain hands over to the next CTA.
-  template <typename Acc>
-  __device__ __forceinline__ void publish_deferred(Acc& acc) {
-    if constexpr (DEFER) {
-      const int top = this->d_top, bottom = this->d_bottom;
-      if (top < 0) return;
-      this->d_top = -1;
-      if constexpr (PAR_REDUCE) {
-        int last = 0;
-        if (tid == 0) last = atom_add_acq_rel_gpu(locks + top, 1) == bottom - top;
-        if (cta_sync_or(last)) sum_column(acc, this->d_slab, this->d_ntile, top, bottom);
-      } else {
-        if (tid == 0) st_release_gpu(locks + top, 1);
-      }
-    }
   }
 
   // The output that finish_column left for after the main loop (it returned true at the
@@ -2299,10 +2237,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       stage = next;
     }
     if constexpr (!WS) cp_async_wait<0>();
-    if constexpr (DEFER) {
-      if constexpr (SWAP > 0) publish_deferred(acc_t);
-      else publish_deferred(acc);
-    }
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
