@@ -111,6 +111,8 @@ class KernelConfig:
     def chunks(self, units: int) -> int:
         """(dyn_chunk) Chunks of a launch with ``units`` units; each has a column counter and
         two partial slots in the workspace, and the grid never exceeds their count."""
+        if self.dyn_chunk <= 0:
+            raise ValueError(f"{self.name} hands out no chunks (dyn_chunk={self.dyn_chunk})")
         return -(-units // self.dyn_chunk)
 
     @property

@@ -130,6 +130,8 @@ class TestNames:
         assert dyn.smem_bytes(False) - base.smem_bytes(False) == 16
         assert [dyn.chunks(u) for u in (1, 8, 9, 16, 17)] == [1, 1, 2, 2, 3]
         assert dyn.with_(dyn_chunk=4).validate() and dyn.with_(dyn_chunk=3).problems()
+        with pytest.raises(ValueError, match="no chunks"):
+            base.chunks(16)
 
     def test_bad_name_says_the_form(self):
         with pytest.raises(ValueError, match="t256_m1_n16_k4_s4_g8_fp32"):
