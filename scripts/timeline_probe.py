@@ -159,6 +159,12 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(f"--layers: {e}")
     cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
+    dyn = sorted(c.name for c in cfgs if c.dyn_chunk)
+    if dyn:
+        # The probe's stamps lie where run-time hand-out keeps its counters (cuda/marlin.cuh
+        # refuses that build with a static_assert): say so before compiling anything.
+        p.error(f"the dispatch picks run-time hand-out ({', '.join(dyn)}), which the timeline "
+                f"probe cannot stamp; time those layers with a table without dyn_chunk")
     jit.warm_cache([(probe + kernels.marlin_source(c, False), c.arch_suffix) for c in cfgs], 16)
     rng = np.random.default_rng(0)
     rows = []
