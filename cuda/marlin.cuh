@@ -27,6 +27,11 @@
 //   5  timeline as 4, without the stores of the output C: each value is computed as usual
 //      and handed to an empty asm instead (probe_sink), so only the stores themselves go
 //      (their cost: timeline_probe --no-store)
+//   6  no group scale: the dequantized weights are not multiplied by their scales (the scales
+//      are still read, and kept alive by an empty asm): what the HMUL2 cost (NOTES.md entry 55)
+//   7  no offset: the symmetric weights go to the MMAs as the LOP3's 1024 + x and 64 + x, without
+//      the HADD2/HFMA2 that subtract the offset (entry 55)
+//   8  6 and 7 together: of the dequantization only the SHF and LOP3 are left (entry 55)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -575,6 +580,11 @@ __device__ __forceinline__ void dequant_sym(uint32_t q, FragB& f0, FragB& f1) {
   const half2 mul = as_half2(0x2c002c00);  // 1/16
   const half2 add = as_half2(0xd480d480);  // -72
   Nibbles n = split_nibbles(q);
+  if constexpr (MARLIN_PROBE == 7 || MARLIN_PROBE == 8) {
+    f0[0] = as_half2(n.lo0); f0[1] = as_half2(n.hi0);
+    f1[0] = as_half2(n.lo1); f1[1] = as_half2(n.hi1);
+    return;
+  }
   f0[0] = __hsub2(as_half2(n.lo0), sub);
   f0[1] = __hfma2(as_half2(n.hi0), mul, add);
   f1[0] = __hsub2(as_half2(n.lo1), sub);
@@ -1266,6 +1276,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     else dequant_sym(q, f0, f1);
     if constexpr (SCALE && !PER_CHANNEL) {
       const half2 s = reinterpret_cast<const half2*>(&r.s)[j];
+      if constexpr (MARLIN_PROBE == 6 || MARLIN_PROBE == 8) {
+        asm volatile("" ::"r"(as_u32(s)));
+        return;
+      }
       scale_frag(f0, __low2half2(s));
       scale_frag(f1, __high2half2(s));
     }
