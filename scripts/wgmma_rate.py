@@ -6,8 +6,9 @@ work of the sw8 (m64n64k16) and sw16 (m64n128k16) main loops (NOTES.md entry 25)
 
     python3 scripts/wgmma_rate.py OUT.json [--iters 4000]
 
-Variants: N = 64 or 128 rows of activations per instruction, with 4, 2 or 1 instructions per
-group (the 16-column tiles of a 64-, 32- or 16-column warp), each on 1..4 warpgroups per SM
+Variants: N = 16, 32, 64 or 128 rows of activations per instruction (sw2, sw4, sw8, sw16), with
+4, 2 or 1 instructions per group (the 16-column tiles of a 64-, 32- or 16-column warp), each on
+1..4 warpgroups per SM
 (one CTA per SM, 132 CTAs); the wgmma code is the kernel's own (``mc::wgmma_m64k16``,
 ``mc::sw128_desc``, from cuda/marlin.cuh).
 """
@@ -23,8 +24,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 #: (N, tiles per group, most warpgroups per CTA): 128 accumulators per thread cap a CTA at two
-#: warpgroups (255 registers); 64 accumulators allow four (128 registers).
-VARIANTS = ((64, 4, 2), (128, 2, 2), (64, 2, 4), (128, 1, 4))
+#: warpgroups (255 registers); 64 or fewer allow four (128 registers).
+VARIANTS = ((64, 4, 2), (128, 2, 2), (64, 2, 4), (128, 1, 4),
+            (32, 4, 4), (32, 2, 4), (16, 4, 4), (16, 2, 4))
 
 KERNELS = r'''
 template <int N, int J>
