@@ -101,7 +101,8 @@
 // dequantization can run a group further ahead of the tensor cores; in the instances with
 // 128-deep tiles and swap_ab = 2, 8 or 16 (see WG_RING3). 3 (the default): the same, in the
 // swap_ab = 2 and 16 instances only (entry 40: 0.8-1.3 % faster there, 0.2-2.2 % slower in most
-// swap_ab = 8 ones). Same sums, same order.
+// swap_ab = 8 ones). 4: in every instance with 128-deep tiles, swap_ab = 4 included (entry 55:
+// nvcc 13 no longer serializes its ring). Same sums, same order.
 #ifndef MARLIN_WG_DEPTH
 #define MARLIN_WG_DEPTH 3
 #endif
@@ -767,11 +768,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // writes the buffer of the group issued just before it, across units too (7 % 3 != 0).
   // After step sub the wait leaves two groups pending (sub - 1 and sub) when the next step's
   // buffer is neither of theirs, else one.
-  // Only the 128-deep tiles (K_SUB = 8) outside swap_ab=4: with 64-deep tiles (K_SUB = 4) and
-  // in the swap_ab=4 instances ptxas serializes every wgmma of the ring (its C7513 advisory;
-  // nvcc 13), which would make the loop slower than the two-buffer one.
+  // Only the 128-deep tiles (K_SUB = 8): with 64-deep tiles (K_SUB = 4) ptxas serializes every
+  // wgmma of the ring (its C7513 advisory; nvcc 13), which would make the loop slower than the
+  // two-buffer one. It did so in the swap_ab=4 instances too when entry 40 was written; at
+  // entry 55 (producer builds, nvcc 13) it no longer does (MARLIN_WG_DEPTH 4).
   static constexpr bool WG_RING3 =
-      WGMMA && K_SUB == 8 && ((MARLIN_WG_DEPTH == 2 && SWAP != 4) ||
+      WGMMA && K_SUB == 8 && (MARLIN_WG_DEPTH == 4 || (MARLIN_WG_DEPTH == 2 && SWAP != 4) ||
                               (MARLIN_WG_DEPTH == 3 && (SWAP == 2 || SWAP == 16)));
   __host__ __device__ static constexpr int wg_buf(int sub) { return ((sub + K_SUB) % K_SUB) % 3; }
   __host__ __device__ static constexpr int wg_pending(int sub) {
