@@ -313,3 +313,26 @@ def test_tune_classes_best_per_class_and_first_match_wins(tmp_path, capsys):
     assert "- t512: faster than the others' best on 0 of 1 layer-buckets" in text
     with pytest.raises(SystemExit):
         tc.main([str(path), "--class", "others=x"])
+
+
+def test_ab_sets_sums_dispatched_rows_of_complete_sets(tmp_path):
+    import json
+    ab = _load("ab_sets")
+    sets = {"s1": ((16, 8), (32, 8)), "s2": ((16, 8), (64, 8))}
+    rows = [dict(k=16, n=8, m=1, a_us=1.0, b_us=2.0, dispatch=True),
+            dict(k=32, n=8, m=1, a_us=3.0, b_us=4.0, dispatch=True),
+            dict(k=32, n=8, m=1, a_us=0.1, b_us=0.1, dispatch=False),   # a --top row: not summed
+            dict(k=64, n=8, m=2, a_us=5.0, b_us=5.0, dispatch=True)]
+    # s2 lacks (64, 8) at M = 1 and (16, 8) at M = 2: left out, not summed short.
+    assert ab.set_sums(rows, sets) == {("s1", 1): (4.0, 6.0)}
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"define": "X=1", "rows": rows, "environment": {"git_commit": "c"},
+                                "table_commit": "t"}))
+    out = tmp_path / "s.md"
+    with pytest.raises(SystemExit):   # main() sums the real sets: none is complete in these rows
+        ab.main([str(path), "--out", str(out)])
+    path.write_text(json.dumps({"define": "X=1", "rows": [
+        dict(k=k, n=n, m=16, a_us=1.0, b_us=2.0, dispatch=True)
+        for k, n in ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096))]}))
+    assert ab.main([str(path), "--out", str(out)]) == 0
+    assert "| llama2-7b | 16 | 8.0 | 4.0 | -50.0 % |" in out.read_text()

@@ -1,0 +1,77 @@
+"""An A/B record per shape set: the summed times of the dispatched configs of
+``scripts/ab_probe.py``'s rows, per set and M, A against B (no GPU needed).
+
+    python3 scripts/ab_sets.py AB.json [AB.json ...] [--out SUMMARY.md]
+
+ab_probe prints one sum per M over every layer it ran; the targets of issue 5 are per set
+(llama2-7b, -13b, -70b), so this splits that sum by the sets of ``marlin_cupy.bench.shapes``.
+Only rows with ``dispatch`` true count (``--top`` adds others that the sum must not see). A set
+whose layers are not all in the record at some M is left out at that M rather than summed short.
+Prints (and with ``--out`` writes) one markdown table per record: set, M, B's sum, A's sum and
+A's change against B.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def set_sums(rows, sets):
+    """{(set, m): (a_us, b_us)} over the dispatched rows, for the sets whose every layer has a
+    dispatched row at that M."""
+    by_key = {}
+    for r in rows:
+        if r.get("dispatch"):
+            by_key[(r["k"], r["n"], r["m"])] = r
+    out = {}
+    for m in sorted({m for (_, _, m) in by_key}):
+        for name, layers in sets.items():
+            hit = [by_key.get((k, n, m)) for k, n in layers]
+            if all(hit):
+                out[(name, m)] = (sum(r["a_us"] for r in hit), sum(r["b_us"] for r in hit))
+    return out
+
+
+def render(path, record, sums):
+    lines = [f"## `{path}`", "",
+             f"A: `{record.get('define') or record.get('variant')}`, B: "
+             f"`{record.get('base_define') or 'the shipped build'}`; kernel "
+             f"{str(record.get('environment', {}).get('git_commit', '?'))[:12]}, "
+             f"table {str(record.get('table_commit', '?'))[:12]}"
+             f"{', zero points' if record.get('zero_points') else ''}.", "",
+             "| set | M | B (µs) | A (µs) | A against B |", "| --- | ---: | ---: | ---: | ---: |"]
+    for (name, m), (a, b) in sorted(sums.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines.append(f"| {name} | {m} | {b:.1f} | {a:.1f} | {100 * (a / b - 1):+.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("records", nargs="+")
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    from marlin_cupy.bench.shapes import SHAPE_SETS
+    parts = []
+    for path in a.records:
+        with open(path) as f:
+            record = json.load(f)
+        sums = set_sums(record["rows"], SHAPE_SETS)
+        if not sums:
+            p.error(f"{path}: no set has a dispatched row for each of its layers")
+        parts.append(render(path, record, sums))
+    text = "\n".join(parts)
+    print(text, end="")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
