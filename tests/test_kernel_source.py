@@ -88,3 +88,44 @@ def test_producer_register_split_follows_the_kernel(monkeypatch):
     assert ws.producer_registers[1] == config.PRODUCER_REGS
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_WS_PRODUCER_REGS=40")
     assert ws.producer_registers == (168, 40, 232)
+
+
+def _pdl_cases():
+    """Every kind of instance a pdl=True launch can run: the shipped H200 table's configs and
+    the examples of each path (producer, run-time hand-out, per-channel...)."""
+    import json
+
+    from marlin_cupy import config, tune
+    entries = json.loads(tune.shipped_path("NVIDIA H200").read_text())["entries"]
+    names = {e["config"] for e in entries}
+    names |= {c.name for c in config.WGMMA_EXAMPLES + config.PARALLEL_REDUCE_EXAMPLES +
+              config.MMA_PRODUCER_EXAMPLES + config.DYN_EXAMPLES}
+    return sorted(names)
+
+
+def _ptx(source: str, arch: str) -> str:
+    from cupy.cuda import nvrtc
+    prog = nvrtc.createProgram(source, "kernel.cu", [], [])
+    try:
+        nvrtc.compileProgram(prog, list(jit.BASE_OPTIONS) + [
+            f"-arch={arch}", f"-I{jit.cuda_include_dir()}", "--device-as-default-execution-space"])
+        ptx = nvrtc.getPTX(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+
+@pytest.mark.parametrize("name", _pdl_cases())
+def test_every_pdl_build_waits_for_the_grid_before(monkeypatch, name):
+    """The pdl=True build (ops.PDL_PREFIX) lets the next grid start early
+    (launch_dependents), so it must itself wait (griddepcontrol.wait) before it reads A or
+    touches C, the locks or the scratch. The producer builds once had no wait at all
+    (NOTES.md entry 56): a dependent chain could read its input before it was written."""
+    from marlin_cupy import ops
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    cfg = KernelConfig.from_name(name)
+    ptx = _ptx(ops.PDL_PREFIX + kernels.marlin_source(cfg), "compute_90" + cfg.arch_suffix)
+    assert ptx.count("griddepcontrol.launch_dependents") == 1
+    assert ptx.count("griddepcontrol.wait") == 1
+    plain = _ptx(kernels.marlin_source(cfg), "compute_90" + cfg.arch_suffix)
+    assert "griddepcontrol" not in plain

@@ -14,11 +14,15 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 # One per path: mma.sync (serial and parallel reduction, two CTAs per SM), swapped mma.sync,
-# wgmma with 64- and 128-row slabs, narrow warps, per-channel scales.
+# wgmma with 64- and 128-row slabs, narrow warps, per-channel scales, and the producer
+# warpgroup (wgmma and mma.sync; their pdl=True builds had no griddepcontrol.wait before
+# NOTES.md entry 56).
+PRODUCER_CONFIGS = ("t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+                    "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws")
 CONFIGS = ("t256_m4_n8_k16_s4_g8_fp32par", "t128_m1_n4_k8_s4_g8_fp32par_b2",
            "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2", "t256_m2_n16_k8_s4_g8_fp32_sw4_wg",
            "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg",
-           "t256_m4_n16_k8_s3_gc_fp32_sw8_wg")
+           "t256_m4_n16_k8_s3_gc_fp32_sw8_wg") + PRODUCER_CONFIGS
 
 
 def _need_pdl(cfg=None):
@@ -96,6 +100,38 @@ def test_dependent_chain(m):
     overlapped = chain(True)
     for a, b in zip(plain, overlapped):
         assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_dependent_chain_per_config(name):
+    """y_{i+1} = y_i @ W_i with one config for every launch, each launch overlapping the one
+    before: its input is the previous launch's output, and both use the same locks and
+    scratch. Square layers, so the chain can go on."""
+    cfg = KernelConfig.from_name(name)
+    _need_pdl(cfg)
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+    k = 2048     # a multiple of every tile; weights of std 0.02 keep |y| about level
+    assert k % cfg.tile_k == 0 and k % cfg.tile_n == 0
+    mws = [_weight(rng, k, k, group) for _ in range(3)]
+    m = min(cfg.max_m or 64, 64) - 1
+    x0 = cp.asarray((rng.standard_normal((m, k)) * 0.5).astype(np.float16))
+
+    def chain(pdl):
+        ys = [x0]
+        for i in range(16):
+            ys.append(mc.matmul(ys[-1], mws[i % 3], config=cfg, pdl=pdl))
+        return ys
+
+    plain = chain(False)
+    cp.cuda.get_current_stream().synchronize()
+    from marlin_cupy import jit
+    spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
+    spin((1,), (1,), (np.uint64(2_000_000),))
+    overlapped = chain(True)
+    for a, b in zip(plain, overlapped):
+        assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+    assert bool(cp.isfinite(plain[-1]).all()) and float(cp.abs(plain[-1]).max()) > 0
 
 
 def test_writer_of_x_just_before():
