@@ -192,15 +192,6 @@
 #ifndef MARLIN_PDL
 #define MARLIN_PDL 0
 #endif
-// Variant 1's activations for the first STAGES - 1 units (NOTES.md entry 56). 1: loaded into
-// registers and stored to shared memory after the wait, outside the cp.async groups, so that
-// each unit's weights keep a group of their own and the first unit waits for its own bytes
-// only, as in the plain build. 0: copied by cp.async after the wait, which puts every weight
-// copied before the wait into the first group: the first unit then waits for all STAGES - 1
-// units' weights, and the ring's refill starts a DRAM latency later (kept for A/B runs).
-#ifndef MARLIN_PDL_SYNC_A
-#define MARLIN_PDL_SYNC_A 1
-#endif
 
 namespace mc {
 
@@ -1048,21 +1039,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           const bool valid = a_row_at(i) < rows_left;
           cp_async16_pred(a_sh + a_sh_at(i), valid ? a_gl + a_gl_at(i) : A, valid);
         }
-      }
-    }
-  }
-
-  // fetch_a by plain loads and stores instead of cp.async (MARLIN_PDL_SYNC_A): the same
-  // elements to the same places, rows past prob_m as zeros. Not in any cp.async group; the
-  // prologue's barrier publishes the stores (and its proxy fence, for wgmma's reads).
-  __device__ __forceinline__ void load_a_sync(const Cursor& c, int stage) {
-    const int rows_left = prob_m - c.slab * TILE_M;
-    const int4* a_gl = c.a;
-    int4* a_sh = sh_a + stage * A_STAGE;
-#pragma unroll
-    for (int i = 0; i < A_ITERS; i++) {
-      if (A_STAGE % COPY_T == 0 || a_row_at(i) < TILE_M) {
-        a_sh[a_sh_at(i)] = a_row_at(i) < rows_left ? a_gl[a_gl_at(i)] : make_int4(0, 0, 0, 0);
       }
     }
   }
@@ -2148,27 +2124,22 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
 #elif MARLIN_PDL
-    // Variant 1: the weights of the first STAGES - 1 units before the wait, A after it.
-    // MARLIN_PDL_SYNC_A: one group per unit's weights, as the plain build's groups, and A by
-    // plain loads (not in any group). 0: every weight copy lands in the first group, with A's.
+    // Variant 1: the weights of the first STAGES - 1 units before the wait (they land in the
+    // first group, which the wait below covers), A after it. (Keeping one group per unit's
+    // weights, with A loaded outside the groups, was slower: NOTES.md entry 56.)
     {
       Cursor w = fetch;
 #pragma unroll
       for (int i = 0; i < STAGES - 1; i++) {
         if (w.unit < unit_end) fetch_weights(w, i);
-        if constexpr (MARLIN_PDL_SYNC_A) cp_async_commit();
         advance(w);
       }
     }
     grid_dependency_wait();
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
-      if constexpr (MARLIN_PDL_SYNC_A) {
-        if (fetch.unit < unit_end) load_a_sync(fetch, i);
-      } else {
-        if (fetch.unit < unit_end) fetch_a(fetch, i);
-        cp_async_commit();
-      }
+      if (fetch.unit < unit_end) fetch_a(fetch, i);
+      cp_async_commit();
       advance(fetch);
     }
 #else
@@ -2434,10 +2405,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // With a producer only this warpgroup reads global memory before the compute threads'
     // first `full` wait, and every global access of theirs (C, the locks, the scratch) follows
     // a fill, so its griddepcontrol.wait orders the whole CTA after the grid before (NOTES.md
-    // entry 56; before it, these builds had no wait at all). The weights of the first STAGES
-    // units go to L2 before the wait (variants 1 and 2; 3 waits first): copied into the ring
-    // before it, they would share the fills' cp.async tracking with A's copies after it, and
-    // slot 0's `full` barrier would wait for all of them.
+    // entry 56; before it, these builds had no wait at all). Variants 1 and 2 prefetch the
+    // weights of the first STAGES units into L2 before the wait (the ring's fills then read
+    // them from L2), variant 3 waits first.
     if constexpr (MARLIN_PDL != 3) {
       Cursor w = fetch;
 #pragma unroll
