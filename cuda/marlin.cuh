@@ -188,7 +188,9 @@
 // usual prologue (nothing before the wait; its main loop compiles as in the plain build for
 // the mma.sync configs checked, unlike 1 and 2: NOTES.md entry 30). Launched without the PDL
 // attribute both instructions are no-ops. Only for weights that the kernel just before does
-// not write (matmul's contract).
+// not write (matmul's contract). The producer builds (_ws) wait first in every variant: their
+// producer warpgroup issues the wait before its first copy (run_producer; NOTES.md entry 56).
+// Every pdl build must wait (tests/test_kernel_source.py checks the PTX of each kind).
 #ifndef MARLIN_PDL
 #define MARLIN_PDL 0
 #endif
@@ -2405,17 +2407,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // With a producer only this warpgroup reads global memory before the compute threads'
     // first `full` wait, and every global access of theirs (C, the locks, the scratch) follows
     // a fill, so its griddepcontrol.wait orders the whole CTA after the grid before (NOTES.md
-    // entry 56; before it, these builds had no wait at all). Variants 1 and 2 prefetch the
-    // weights of the first STAGES units into L2 before the wait (the ring's fills then read
-    // them from L2), variant 3 waits first.
-    if constexpr (MARLIN_PDL != 3) {
-      Cursor w = fetch;
-#pragma unroll
-      for (int i = 0; i < STAGES; i++) {
-        if (w.unit < unit_end) fetch_weights<true>(w, i);
-        advance(w);
-      }
-    }
+    // entry 56; before it, these builds had no wait at all). It waits first, in every variant:
+    // prefetching the first units' weights into L2 before the wait gained nothing in chains
+    // and cost 4-7 % when nothing overlaps (entry 56).
     grid_dependency_wait();
 #endif
     int slot = 0;
