@@ -341,8 +341,8 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
 
     ``pdl=True`` (compute capability 9.0+) launches with programmatic dependent launch: the
     kernel may start while the previous kernel on the stream is still running, copies its first
-    weight tiles, and waits for that kernel to finish before it reads ``x`` or touches ``out``
-    and the workspace. Back to back it hides most of the start and end of each launch
+    weight tiles (configs with a producer warpgroup, ``_ws``, wait first), and waits for that
+    kernel to finish before it reads ``x`` or touches ``out`` and the workspace. Back to back it hides most of the start and end of each launch
     (benchmarks/NOTES.md entry 30). The contract: **the kernel launched just before on this
     stream must not write this weight** (``qweight``, ``scales``, ``zeros``), since they are read
     before the wait. Writing ``x`` there is fine (a norm before the projection, say). Outputs
