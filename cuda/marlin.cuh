@@ -177,8 +177,8 @@
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
-// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2 and 3 variants for
-// scripts/pdl_probe.py.
+// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2, 3 and 4 variants
+// for scripts/pdl_probe.py (4: only the first unit's weights before the wait, entry 56).
 // Each CTA allows the next grid in the stream to launch as soon as it starts
 // (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit, copy the
 // weights, scales and zero points of their first STAGES - 1 units (read-only, so no
@@ -2111,6 +2111,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     grid_dependency_wait();
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
+#elif MARLIN_PDL == 4
+    // Variant 4: only the first unit's weights before the wait, then its A, so that every
+    // prologue unit keeps its own cp.async group as in the plain build (NOTES.md entry 56).
+    if (fetch.unit < unit_end) fetch_weights(fetch, 0);
+    grid_dependency_wait();
+    if (fetch.unit < unit_end) fetch_a(fetch, 0);
+    cp_async_commit();
+    advance(fetch);
+#pragma unroll
+    for (int i = 1; i < STAGES - 1; i++) fetch_or_skip(fetch, i);
 #elif MARLIN_PDL == 2
     // Variant 2: the weights of the first STAGES - 1 units into L2 before the wait, then the
     // usual prologue after it (its weight copies then read L2).

@@ -13,8 +13,8 @@ between two kernels ends the overlap.
 
 Variants:
 - ``plain``: the shipped build, launched by CuPy (``cuLaunchKernel``);
-- ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1, 2 or 3) through ``cuLaunchKernelEx`` with the
-  programmatic-serialization attribute (``marlin_cupy.pdl``);
+- ``pdl``: the ``MARLIN_PDL`` build (``--variant``: 1, 2, 3 or 4) through ``cuLaunchKernelEx``
+  with the programmatic-serialization attribute (``marlin_cupy.pdl``);
 - ``pdl_noattr``: the same build and launch path without the attribute (the cost of the build
   and of the launch path alone);
 - ``plain_ex``: the shipped build through ``cuLaunchKernelEx`` without the attribute (the
@@ -75,10 +75,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-pad-smem", dest="pad_smem", action="store_false",
                    help="launch with the configs' own dynamic shared memory instead of the "
                         "padding matmul(..., pdl=True) uses (at most blocks_per_sm CTAs per SM)")
-    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3),
+    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4),
                    help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
                         "before the wait, 2 prefetches them into L2, 3 waits first (a control: "
-                        "no weight before the wait)")
+                        "no weight before the wait), 4 copies the first unit's weights only")
     a = p.parse_args(argv)
     PREFIX = f"#define MARLIN_PDL {a.variant}\n"
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
