@@ -177,9 +177,8 @@
 #endif
 
 // Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
-// 4 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX; entry 56), 1, 2 and 3
-// variants for scripts/pdl_probe.py. 4: only the first unit's weights before the wait, so
-// that every prologue unit keeps its own cp.async group (1, below, was matmul's until then).
+// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2, 3 and 4 variants
+// for scripts/pdl_probe.py (4: only the first unit's weights before the wait, entry 56).
 // Each CTA allows the next grid in the stream to launch as soon as it starts
 // (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit, copy the
 // weights, scales and zero points of their first STAGES - 1 units (read-only, so no
