@@ -174,21 +174,33 @@ def compile_offline(source: str, arch: str, options=(), name: str = "kernel.cu")
     Returns ``(cubin_bytes, [CompileReport, ...])``. Raises ``RuntimeError`` with NVRTC's log
     on a compile error.
     """
+    log, cubin = _nvrtc(source, arch, list(options) + ["--ptxas-options=-v"], name, "cubin")
+    return cubin, parse_ptxas_log(log)
+
+
+def compile_ptx(source: str, arch: str, options=(), name: str = "kernel.cu") -> str:
+    """``source`` as PTX for a virtual ``arch`` (e.g. ``"compute_90a"``) with NVRTC, no GPU
+    needed (no ptxas: quicker than ``compile_offline``, for checks on the instructions
+    emitted)."""
+    ptx = _nvrtc(source, arch, list(options), name, "ptx")[1]
+    return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+
+def _nvrtc(source: str, arch: str, options: list, name: str, output: str):
+    """(NVRTC's log, its cubin or PTX); RuntimeError with the log on a compile error."""
     from cupy.cuda import nvrtc
-    opts = list(BASE_OPTIONS) + list(options) + [
-        f"-arch={arch}", "--ptxas-options=-v", f"-I{cuda_include_dir()}",
-        "--device-as-default-execution-space"]
+    opts = list(BASE_OPTIONS) + options + [
+        f"-arch={arch}", f"-I{cuda_include_dir()}", "--device-as-default-execution-space"]
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
             nvrtc.compileProgram(prog, opts)
         except nvrtc.NVRTCError as e:
             raise RuntimeError(f"NVRTC failed for {arch}:\n{nvrtc.getProgramLog(prog)}") from e
-        log = nvrtc.getProgramLog(prog)
-        cubin = nvrtc.getCUBIN(prog)
+        return nvrtc.getProgramLog(prog), (nvrtc.getCUBIN(prog) if output == "cubin"
+                                           else nvrtc.getPTX(prog))
     finally:
         nvrtc.destroyProgram(prog)
-    return cubin, parse_ptxas_log(log)
 
 
 def _compile_one(item) -> str:

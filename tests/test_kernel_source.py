@@ -56,7 +56,8 @@ MMA_CFG = "t256_m1_n16_k8_s4_g8_fp32_sw1_b2"
 SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
     "MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3", "MARLIN_NO_PROXY_FENCE=1",
     "MARLIN_REFILL_LATE=1", "MARLIN_WG_DEPTH=1", "MARLIN_WG_DEPTH=2")] + \
-    [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3", "MARLIN_PDL=4")] + \
+    [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3",
+                              "MARLIN_PDL=4")] + \
     [("MARLIN_WS_RELEASE=0", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_PRODUCER_REGS=40", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
      ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
@@ -103,18 +104,6 @@ def _pdl_cases():
     return sorted(names)
 
 
-def _ptx(source: str, arch: str) -> str:
-    from cupy.cuda import nvrtc
-    prog = nvrtc.createProgram(source, "kernel.cu", [], [])
-    try:
-        nvrtc.compileProgram(prog, list(jit.BASE_OPTIONS) + [
-            f"-arch={arch}", f"-I{jit.cuda_include_dir()}", "--device-as-default-execution-space"])
-        ptx = nvrtc.getPTX(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
-    return ptx.decode() if isinstance(ptx, bytes) else ptx
-
-
 @pytest.mark.parametrize("name", _pdl_cases())
 def test_every_pdl_build_waits_for_the_grid_before(monkeypatch, name):
     """The pdl=True build (ops.PDL_PREFIX) lets the next grid start early
@@ -124,8 +113,16 @@ def test_every_pdl_build_waits_for_the_grid_before(monkeypatch, name):
     from marlin_cupy import ops
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     cfg = KernelConfig.from_name(name)
-    ptx = _ptx(ops.PDL_PREFIX + kernels.marlin_source(cfg), "compute_90" + cfg.arch_suffix)
+    ptx = jit.compile_ptx(ops.PDL_PREFIX + kernels.marlin_source(cfg),
+                          "compute_90" + cfg.arch_suffix)
     assert ptx.count("griddepcontrol.launch_dependents") == 1
     assert ptx.count("griddepcontrol.wait") == 1
-    plain = _ptx(kernels.marlin_source(cfg), "compute_90" + cfg.arch_suffix)
-    assert "griddepcontrol" not in plain
+
+
+@pytest.mark.parametrize("name", ["t256_m1_n16_k8_s3_g8_fp32par_sw1_b2",
+                                  "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"])
+def test_plain_build_has_no_pdl_instructions(monkeypatch, name):
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    cfg = KernelConfig.from_name(name)
+    assert "griddepcontrol" not in jit.compile_ptx(kernels.marlin_source(cfg),
+                                                   "compute_90" + cfg.arch_suffix)

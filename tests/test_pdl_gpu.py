@@ -17,7 +17,8 @@ cp = pytest.importorskip("cupy")
 # wgmma with 64- and 128-row slabs, narrow warps, per-channel scales, and the producer
 # warpgroup (wgmma and mma.sync; their pdl=True builds had no griddepcontrol.wait before
 # NOTES.md entry 56).
-PRODUCER_CONFIGS = ("t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+PRODUCER_CONFIGS = ("t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws",
+                    "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
                     "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws")
 CONFIGS = ("t256_m4_n8_k16_s4_g8_fp32par", "t128_m1_n4_k8_s4_g8_fp32par_b2",
            "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2", "t256_m2_n16_k8_s4_g8_fp32_sw4_wg",
@@ -76,6 +77,27 @@ def test_padded_launch_keeps_blocks_per_sm(name):
         padded.kernel.kernel.ptr, cfg.threads, padded.smem) == per_sm
 
 
+def _check_chain(x0, mws, launches, config=None):
+    """y_{i+1} = y_i @ mws[i % len(mws)], without PDL and then with it, queued behind a busy
+    kernel so that the PDL launches really overlap; every y_i must be bitwise equal. Returns
+    the plain chain."""
+    def chain(pdl):
+        ys = [x0]
+        for i in range(launches):
+            ys.append(mc.matmul(ys[-1], mws[i % len(mws)], config=config, pdl=pdl))
+        return ys
+
+    plain = chain(False)
+    cp.cuda.get_current_stream().synchronize()
+    from marlin_cupy import jit
+    spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
+    spin((1,), (1,), (np.uint64(2_000_000),))
+    overlapped = chain(True)
+    for a, b in zip(plain, overlapped):
+        assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+    return plain
+
+
 @pytest.mark.parametrize("m", [1, 16, 64, 200])
 def test_dependent_chain(m):
     """y_{i+1} = y_i @ W_i over 12 square layers, default dispatch, with and without PDL."""
@@ -84,22 +106,7 @@ def test_dependent_chain(m):
     k = 2048
     mws = [_weight(rng, k, k, 128) for _ in range(3)]
     x0 = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-
-    def chain(pdl):
-        ys = [x0]
-        for i in range(12):
-            ys.append(mc.matmul(ys[-1], mws[i % 3], pdl=pdl))
-        return ys
-
-    plain = chain(False)
-    cp.cuda.get_current_stream().synchronize()
-    # Queue the PDL chain behind a busy kernel so its launches really overlap.
-    from marlin_cupy import jit
-    spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
-    spin((1,), (1,), (np.uint64(2_000_000),))
-    overlapped = chain(True)
-    for a, b in zip(plain, overlapped):
-        assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+    _check_chain(x0, mws, 12)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -116,21 +123,7 @@ def test_dependent_chain_per_config(name):
     mws = [_weight(rng, k, k, group) for _ in range(3)]
     m = min(cfg.max_m or 64, 64) - 1
     x0 = cp.asarray((rng.standard_normal((m, k)) * 0.5).astype(np.float16))
-
-    def chain(pdl):
-        ys = [x0]
-        for i in range(16):
-            ys.append(mc.matmul(ys[-1], mws[i % 3], config=cfg, pdl=pdl))
-        return ys
-
-    plain = chain(False)
-    cp.cuda.get_current_stream().synchronize()
-    from marlin_cupy import jit
-    spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
-    spin((1,), (1,), (np.uint64(2_000_000),))
-    overlapped = chain(True)
-    for a, b in zip(plain, overlapped):
-        assert cp.array_equal(a.view(cp.uint16), b.view(cp.uint16))
+    plain = _check_chain(x0, mws, 16, config=cfg)
     assert bool(cp.isfinite(plain[-1]).all()) and float(cp.abs(plain[-1]).max()) > 0
 
 
