@@ -176,20 +176,21 @@
 #define MARLIN_SM90 0
 #endif
 
-// Programmatic dependent launch (sm_90; benchmarks/NOTES.md entry 30): 0 in the plain build,
-// 1 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 2, 3 and 4 variants
-// for scripts/pdl_probe.py (4: only the first unit's weights before the wait, entry 56).
-// Each CTA allows the next grid in the stream to launch as soon as it starts
-// (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this one's exit, copy the
-// weights, scales and zero points of their first STAGES - 1 units (read-only, so no
-// dependency), then wait for this grid to complete and flush (griddepcontrol.wait) before they
-// touch A, C, the locks or the scratch. 2: the same, but the weights before the wait go into
-// L2 only (prefetch), and the usual prologue follows the wait. 3: the wait first, then the
-// usual prologue (nothing before the wait; its main loop compiles as in the plain build for
-// the mma.sync configs checked, unlike 1 and 2: NOTES.md entry 30). Launched without the PDL
-// attribute both instructions are no-ops. Only for weights that the kernel just before does
-// not write (matmul's contract). The producer builds (_ws) wait first in every variant: their
-// producer warpgroup issues the wait before its first copy (run_producer; NOTES.md entry 56).
+// Programmatic dependent launch (sm_90; benchmarks/NOTES.md entries 30 and 56): 0 in the plain
+// build, 4 in the build that matmul(..., pdl=True) launches (ops.PDL_PREFIX), 1, 2 and 3
+// variants for scripts/pdl_probe.py. Each CTA allows the next grid in the stream to launch as
+// soon as it starts (griddepcontrol.launch_dependents); that grid's CTAs take SMs as this
+// one's exit, copy read-only data (no dependency), then wait for this grid to complete and
+// flush (griddepcontrol.wait) before they touch A, C, the locks or the scratch. What goes
+// before the wait: 4, the weights, scales and zero points of the first unit only, so that
+// every prologue unit keeps its own cp.async group as in the plain build (faster in chains
+// than 1, entry 56). 1 (matmul's until entry 56): those of the first STAGES - 1 units. 2: the
+// same as 1, but into L2 only (prefetch), and the usual prologue follows the wait. 3: nothing;
+// the wait first, then the usual prologue (its main loop compiles as in the plain build for the
+// mma.sync configs checked, unlike 1 and 2: entry 30). Launched without the PDL attribute both
+// instructions are no-ops. Only for weights that the kernel just before does not write
+// (matmul's contract). The producer builds (_ws) wait first in every variant: their producer
+// warpgroup issues the wait before its first copy (run_producer; entry 56).
 // Every pdl build must wait (tests/test_kernel_source.py checks the PTX of each kind).
 #ifndef MARLIN_PDL
 #define MARLIN_PDL 0

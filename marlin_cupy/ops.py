@@ -38,7 +38,7 @@ _kernels: dict = {}
 _pdl_kernels: dict = {}
 
 #: Prefix of the build that ``matmul(..., pdl=True)`` launches (cuda/marlin.cuh, MARLIN_PDL).
-PDL_PREFIX = "#define MARLIN_PDL 1\n"
+PDL_PREFIX = "#define MARLIN_PDL 4\n"
 
 
 def device_facts(device_id: int | None = None) -> dict:

@@ -75,10 +75,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-pad-smem", dest="pad_smem", action="store_false",
                    help="launch with the configs' own dynamic shared memory instead of the "
                         "padding matmul(..., pdl=True) uses (at most blocks_per_sm CTAs per SM)")
-    p.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4),
-                   help="MARLIN_PDL value: 1 copies the first stages' weights to shared memory "
-                        "before the wait, 2 prefetches them into L2, 3 waits first (a control: "
-                        "no weight before the wait), 4 copies the first unit's weights only")
+    p.add_argument("--variant", type=int, default=4, choices=(1, 2, 3, 4),
+                   help="MARLIN_PDL value: 4 (matmul's, the default) copies the first unit's "
+                        "weights to shared memory before the wait, 1 those of the first "
+                        "STAGES - 1 units, 2 prefetches those into L2, 3 waits first (a control: "
+                        "no weight before the wait)")
     a = p.parse_args(argv)
     PREFIX = f"#define MARLIN_PDL {a.variant}\n"
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
