@@ -65,7 +65,9 @@
 // 1 applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs). Entry 37 (with
 // the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster on 10 of 12
 // layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances; so 3 (the
-// default since entry 38) applies it to swap_ab=8 and 16.
+// default since entry 38) applies it to swap_ab=8 and 16. 4 (entry 58): swap_ab=4 as well
+// (with the producer loops of entry 45 the 32-column loop gains from it; the 16-row one, sw2,
+// still loses on the largest layers).
 #ifndef MARLIN_DESC_ADD
 #define MARLIN_DESC_ADD 3
 #endif
@@ -677,7 +679,8 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
-                   (MARLIN_DESC_ADD == 3 && (swap == 8 || swap == 16)));
+                   (MARLIN_DESC_ADD == 3 && (swap == 8 || swap == 16)) ||
+                   (MARLIN_DESC_ADD == 4 && swap >= 4));
 }
 // The descriptors' base, a member only of the instances that use it: a struct member changes the
 // SASS of instances that never touch it (the others then compile as without the switch).
