@@ -65,11 +65,12 @@
 // 1 applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs). Entry 37 (with
 // the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster on 10 of 12
 // layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances; so 3 (the
-// default since entry 38) applies it to swap_ab=8 and 16. 4 (entry 58): swap_ab=4 as well
-// (with the producer loops of entry 45 the 32-column loop gains from it; the 16-row one, sw2,
-// still loses on the largest layers).
+// default of entries 38-57) applies it to swap_ab=8 and 16. 4 (the default since entry 58):
+// swap_ab=4, 8 and 16. With the producer warpgroup (entry 45) the 32-column loop keeps its
+// descriptors on the uniform datapath with the addition too, and gains 0.7-1.0 % summed at
+// M = 32; the 16-row loop (swap_ab=2) still loses on the largest layers (+1.3..+2.2 %).
 #ifndef MARLIN_DESC_ADD
-#define MARLIN_DESC_ADD 3
+#define MARLIN_DESC_ADD 4
 #endif
 
 // The last column's output from the swapped wgmma layouts (swap_ab >= 2), written through
