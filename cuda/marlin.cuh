@@ -110,6 +110,20 @@
 #define MARLIN_WG_DEPTH 3
 #endif
 
+// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60): 0 (the default): each
+// dequantized weight pair is scaled in FP16 (one HMUL2 per half2, about 18 % of the M = 16
+// loop's instructions) before wgmma. 1: the steps of a scale group accumulate unscaled
+// (x - z) * A into a second accumulator set (its first wgmma with scale-d = 0, so nothing is
+// zeroed), and once the group's last wgmma is complete its sums go into the output
+// accumulators with one FFMA per accumulator element and the group's scales in FP32, as the
+// mma.sync loop's DEFER_SCALE does. The fold waits for every pending group at the next group's
+// first step, after that step's dequantization. In the swap_ab = 2 and 4 instances whose units
+// hold whole groups; 2: in every wgmma instance whose units hold whole groups (A/B only).
+// Other sums (FP32 instead of FP16-rounded scaled weights): not bitwise equal to 0.
+#ifndef MARLIN_WG_DEFER
+#define MARLIN_WG_DEFER 0
+#endif
+
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
 // entry 40's profiles: the instructions right after the refill's cp.async wait on the copies'
 // address registers, about 4.5 % of the stall samples). 0 (the default): right after the
@@ -395,9 +409,10 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 // scale-d is true (always accumulate); the caller zeroes D.
 // Constraints of accumulator fragment i, and the inputs that follow the accumulators.
 #define MC_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define MC_WGMMA_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+#define MC_WGMMA_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(ACC ? 1 : 0)
 
-template <int N>
+// ACC = false: scale-d is false, D = A * B (a fresh sum; D's old values are not read).
+template <int N, bool ACC = true>
 __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128,
                 "wgmma N must be 8, 16, 32, 64 or 128");
@@ -769,6 +784,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static constexpr int SUBS_PER_GROUP =
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
+  // MARLIN_WG_DEFER: the wgmma loop's group scale on FP32 sums (see the switch above).
+  static constexpr bool WG_DEFER =
+      WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
+      (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && (SWAP == 2 || SWAP == 4)));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
   // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
   // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
@@ -1370,7 +1389,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++) {
       FragB f0, f1;
-      dequant_tile<true>(r, zp, j, f0, f1);
+      dequant_tile<!WG_DEFER>(r, zp, j, f0, f1);
       w[j] = as_a_fragment(f0, f1);
     }
   }
@@ -1390,11 +1409,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     return sw128_desc(smem_addr(sh_a + stage * A_STAGE + (kb / 4) * (TILE_M * 8)) + 32 * (kb % 4));
   }
 
+  template <bool ACC = true>
   __device__ __forceinline__ void issue_wgmma(const FragA (&w)[WARP_TILES], unsigned long long desc,
                                               FragC (&acc)[WARP_TILES][SW]) {
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < WARP_TILES; j++) wgmma_m64k16<8 * SWAP>(&acc[j][0], w[j], desc);
+    for (int j = 0; j < WARP_TILES; j++) wgmma_m64k16<8 * SWAP, ACC>(&acc[j][0], w[j], desc);
     wgmma_commit();
   }
 
@@ -1402,7 +1422,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // takes the low half of scale word j, column 16j + 8 + lane/4 the high half).
   __device__ __forceinline__ void add_scaled(FragC (&acc)[WARP_TILES][SW],
                                              const FragC (&part)[WARP_TILES][SW], const Regs& r) {
-    const half2* sw = reinterpret_cast<const half2*>(&r.s);
+    add_scaled(acc, part, r.s);
+  }
+  __device__ __forceinline__ void add_scaled(FragC (&acc)[WARP_TILES][SW],
+                                             const FragC (&part)[WARP_TILES][SW], const Words& ws) {
+    const half2* sw = reinterpret_cast<const half2*>(&ws);
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++) {
       const float2 s = __half22float2(sw[j]);
@@ -2298,6 +2322,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     start_stream(fetch);
     stamp(3);
     FragA wa[WG_RING3 ? 3 : 2][WARP_TILES] = {};
+    // WG_DEFER: the current scale group's unscaled sums, the scales of the group they belong
+    // to, and whether they still have to go into acc (fold).
+    FragC part[WG_DEFER ? WARP_TILES : 1][WG_DEFER ? SW : 1];
+    Words part_s{};
+    bool part_pending = false;
+    auto fold = [&]() {
+      if constexpr (WG_DEFER) {
+        if (part_pending) add_scaled(acc, part, part_s);
+        part_pending = false;
+      }
+    };
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -2339,10 +2374,33 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             if (sub == K_SUB - 1) fetch_or_skip(fetch, refill);
           }
         };
+        // WG_DEFER: a group's first step starts `part` afresh, once the previous group's sums
+        // are complete (every pending group: this wait) and folded into acc.
+        const bool g_first = WG_DEFER && sub % (WG_DEFER ? SUBS_PER_GROUP : 1) == 0;
+        const bool g_last = WG_DEFER && (sub + 1) % (WG_DEFER ? SUBS_PER_GROUP : 1) == 0;
+        auto issue = [&](const FragA (&w)[WARP_TILES]) {
+          if constexpr (WG_DEFER) {
+            if (g_first) {
+              if (part_pending) {
+                wgmma_wait<0>();
+                fold();
+              }
+              issue_wgmma<false>(w, a_desc(stage, sub), part);
+            } else {
+              issue_wgmma(w, a_desc(stage, sub), part);
+            }
+            if (g_last) {
+              part_s = regs[sub % 2].s;
+              part_pending = true;
+            }
+          } else {
+            issue_wgmma(w, a_desc(stage, sub), acc);
+          }
+        };
         if constexpr (WG_RING3) {
           // (sub is a constant once the loop is unrolled: the index and the branch fold.)
           dequant_wgmma(regs[sub % 2], wa[wg_buf(sub)]);
-          issue_wgmma(wa[wg_buf(sub)], a_desc(stage, sub), acc);
+          issue(wa[wg_buf(sub)]);
           late_refill();
           // Groups sub - wg_pending(sub - 1) .. sub were pending before this wait; it completes
           // those up to sub - wg_pending(sub). Their buffers are kept up to here (not the
@@ -2355,7 +2413,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             keep_fragments(wa[wg_buf(g)]);
         } else {
           dequant_wgmma(regs[sub % 2], wa[sub % 2]);
-          issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
+          issue(wa[sub % 2]);
           late_refill();
           wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
         }
@@ -2386,6 +2444,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         // across the epilogue.
 #pragma unroll
         for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
+        fold();   // WG_DEFER: the column's last group
         if (unit == unit_end - 1) stamp_last_column();
         if (finish_column(acc, compute, unit == unit_end - 1)) {
           tail = true;   // the last unit: the loop ends here

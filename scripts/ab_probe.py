@@ -21,6 +21,10 @@ random zero points (default: symmetric weights, as the tuner and the benchmark).
 used for NOTES.md entries 14 (as ring_probe.py, 888a31a) and 17 (1c9f832) swapped only the
 kernel dict, so both of their columns timed one build and those A/Bs are void.
 
+``--rel-tol R`` compares the outputs by their relative difference (at most R of B's norm)
+instead of bit for bit, for a switch that rounds differently (``MARLIN_WG_DEFER``: the group
+scale on FP32 sums).
+
 ``--variant producer`` compares configs instead of builds: A is each config with that boolean
 field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45), B
 the config itself; configs whose variant is not valid are skipped. With ``--define`` as well,
@@ -67,6 +71,10 @@ def main(argv=None) -> int:
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--zp", action="store_true",
                    help="zero-point weights and kernels (default: symmetric)")
+    p.add_argument("--rel-tol", type=float, default=0.0,
+                   help="compare outputs by their relative difference (at most this fraction "
+                        "of B's norm) instead of bit for bit: for switches that change "
+                        "roundings (MARLIN_WG_DEFER)")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
@@ -164,8 +172,10 @@ def main(argv=None) -> int:
                     equal = bool(cp.all(y_old == y_new))
                     d = y_old.astype(cp.float64) - y_new.astype(cp.float64)
                     rel = float(cp.linalg.norm(d) / cp.linalg.norm(y_new.astype(cp.float64)))
-                    # dyn: other partial sums, so other roundings; else the same bits.
-                    same = rel <= 2e-3 if dyn_q else equal
+                    # dyn: other partial sums, so other roundings; else the same bits
+                    # (unless --rel-tol says the switch rounds differently).
+                    same = (rel <= 2e-3 if dyn_q else rel <= a.rel_tol if a.rel_tol > 0
+                            else equal)
                 except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
                     rows.append(dict(row, error=repr(e)))
                     print(f"{k}x{n} m={m} {cfg.name}: ERROR {e!r}", flush=True)
@@ -191,6 +201,7 @@ def main(argv=None) -> int:
     with open(a.out, "w") as f:
         json.dump({"kind": "ab_probe", "define": a.define or None, "variant": a.variant or None,
                    "base_define": a.base_define or None,
+                   "rel_tol": a.rel_tol or None,
                    "sets": a.sets, "zero_points": zp,
                    "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,

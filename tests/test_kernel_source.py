@@ -63,7 +63,10 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
      ("MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_BULK=2", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_BULK=1", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws"),
-     ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws")]
+     ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"),
+     ("MARLIN_WG_DEFER=1", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"),
+     ("MARLIN_WG_DEFER=1", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
+     ("MARLIN_WG_DEFER=2", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
