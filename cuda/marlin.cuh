@@ -110,18 +110,23 @@
 #define MARLIN_WG_DEPTH 3
 #endif
 
-// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60): 0 (the default): each
-// dequantized weight pair is scaled in FP16 (one HMUL2 per half2, about 18 % of the M = 16
-// loop's instructions) before wgmma. 1: the steps of a scale group accumulate unscaled
-// (x - z) * A into a second accumulator set (its first wgmma with scale-d = 0, so nothing is
-// zeroed), and once the group's last wgmma is complete its sums go into the output
-// accumulators with one FFMA per accumulator element and the group's scales in FP32, as the
-// mma.sync loop's DEFER_SCALE does. The fold waits for every pending group at the next group's
-// first step, after that step's dequantization. In the swap_ab = 2 and 4 instances whose units
-// hold whole groups; 2: in every wgmma instance whose units hold whole groups (A/B only).
-// Other sums (FP32 instead of FP16-rounded scaled weights): not bitwise equal to 0.
+// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60). 0: each dequantized
+// weight pair is scaled in FP16 (one HMUL2 per half2, 18 % of the M = 16 loop's instructions)
+// before wgmma. 1 (the default): the steps of a scale group accumulate unscaled (x - z) * A
+// into a second accumulator set (its first wgmma with scale-d = 0, so nothing is zeroed), and
+// once the group's last wgmma is complete its sums go into the output accumulators with one
+// FFMA per accumulator element and the group's scales in FP32, as the mma.sync loop's
+// DEFER_SCALE does. The fold waits for every pending group at the next group's first step,
+// after that step's dequantization. In the instances whose units are one group each, whose
+// threads hold at most 64 accumulators (swap_ab = 2 and 4, and swap_ab = 8 with warps of 16 or
+// 32 columns) and whose compute threads have at least 200 registers (not two 256-thread CTAs
+// per SM, nor 512 compute threads, nor two groups per unit without a producer: those spill
+// with the second set): entry 60 measured -3..-9 % on the large layers at M = 16 and 32, -0.5..-3.7 % at
+// M = 64. 2: in every wgmma instance whose units hold whole groups (A/B only: the 64-column
+// swap_ab = 8 and the swap_ab = 16 instances spill with a second set of 128 or 64 floats).
+// Other sums (FP32 instead of FP16-rounded scaled weights): not bitwise equal to 0's.
 #ifndef MARLIN_WG_DEFER
-#define MARLIN_WG_DEFER 0
+#define MARLIN_WG_DEFER 1
 #endif
 
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
@@ -406,50 +411,88 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 // D[64 x N] += A[64 x 16] * B[16 x N]: A from registers (each warp of the warpgroup holds rows
 // 16w..16w+15 as an m16n8k16 A fragment), B from shared memory through a descriptor, D in
 // registers as N/8 fragments of the m16n8 accumulator layout per warp (d[c] = columns 8c..).
-// scale-d is true (always accumulate); the caller zeroes D.
+// wgmma_m64k16<N> accumulates (scale-d true; the caller zeroes D first), <N, false> starts anew.
 // Constraints of accumulator fragment i, and the inputs that follow the accumulators.
 #define MC_ACC(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define MC_WGMMA_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(ACC ? 1 : 0)
+#define MC_OUT(i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
+#define MC_WGMMA_IN(scale_d) "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d)
 
-// ACC = false: scale-d is false, D = A * B (a fresh sum; D's old values are not read).
+// ACC = false: scale-d is false, D = A * B, a fresh sum. D is then an output only ("=f"): its
+// old values are not read, so they need not stay live up to here (NOTES.md entry 60: with "+f"
+// the second accumulator set of MARLIN_WG_DEFER stayed live through the epilogue and spilled).
 template <int N, bool ACC = true>
 __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128,
                 "wgmma N must be 8, 16, 32, 64 or 128");
-  // scale-d, the last input (1), becomes the predicate p; the A fragment follows D.
+  // scale-d, the last input, becomes the predicate p; the A fragment follows D.
+  if constexpr (!ACC) {
+    if constexpr (N == 8)
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, "
+                   "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+                   : MC_OUT(0)
+                   : MC_WGMMA_IN(0));
+    if constexpr (N == 16)
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                   "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                   "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                   : MC_OUT(0), MC_OUT(1)
+                   : MC_WGMMA_IN(0));
+    if constexpr (N == 32)
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                   "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                   "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3)
+                   : MC_WGMMA_IN(0));
+    if constexpr (N == 64)
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                   "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3), MC_OUT(4), MC_OUT(5), MC_OUT(6), MC_OUT(7)
+                   : MC_WGMMA_IN(0));
+    if constexpr (N == 128)
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                   "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                   "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3), MC_OUT(4), MC_OUT(5), MC_OUT(6), MC_OUT(7),
+                     MC_OUT(8), MC_OUT(9), MC_OUT(10), MC_OUT(11), MC_OUT(12), MC_OUT(13), MC_OUT(14), MC_OUT(15)
+                   : MC_WGMMA_IN(0));
+    return;
+  }
   if constexpr (N == 8)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0)
-                 : MC_WGMMA_IN);
+                 : MC_WGMMA_IN(1));
   if constexpr (N == 16)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
                  "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0), MC_ACC(1)
-                 : MC_WGMMA_IN);
+                 : MC_WGMMA_IN(1));
   if constexpr (N == 32)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
                  "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3)
-                 : MC_WGMMA_IN);
+                 : MC_WGMMA_IN(1));
   if constexpr (N == 64)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7)
-                 : MC_WGMMA_IN);
+                 : MC_WGMMA_IN(1));
   if constexpr (N == 128)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
                  "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
                  : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7),
                    MC_ACC(8), MC_ACC(9), MC_ACC(10), MC_ACC(11), MC_ACC(12), MC_ACC(13), MC_ACC(14), MC_ACC(15)
-                 : MC_WGMMA_IN);
+                 : MC_WGMMA_IN(1));
 }
 #undef MC_ACC
+#undef MC_OUT
 #undef MC_WGMMA_IN
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -785,9 +828,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
   // MARLIN_WG_DEFER: the wgmma loop's group scale on FP32 sums (see the switch above).
+  // Registers per compute thread: the launch's share, or with a producer what setmaxnreg
+  // gives the compute threads (the arithmetic of marlin_kernel's role split).
+  static constexpr int REG_POOL = 65536 / MIN_BLOCKS / (THREADS + (WS ? 128 : 0)) / 8 * 8;
+  static constexpr int COMPUTE_REGS =
+      !WS || REG_POOL >= 248
+          ? (REG_POOL < 255 ? REG_POOL : 255)
+          : (REG_POOL * (THREADS + 128) - MARLIN_WS_PRODUCER_REGS * 128) / THREADS / 8 * 8;
   static constexpr bool WG_DEFER =
       WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
-      (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && (SWAP == 2 || SWAP == 4)));
+      (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
+        COMPUTE_REGS >= 200 && (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2))));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
   // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
   // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
@@ -1265,6 +1316,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         s_rd_off[sub] = QUADS * (g * S_ROW + (nw / QUADS) * 8 + lane / 4) + part;
       }
     }
+  }
+
+  // The group scales of step `sub` in ring slot `stage` (what fetch_to_registers puts in r.s).
+  __device__ __forceinline__ Words scales_at(int stage, int sub) const {
+    if constexpr (QUADS == 1) return sh_s[stage * S_STAGE + s_rd_off[sub]];
+    else return reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
   }
 
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
@@ -2322,17 +2379,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     start_stream(fetch);
     stamp(3);
     FragA wa[WG_RING3 ? 3 : 2][WARP_TILES] = {};
-    // WG_DEFER: the current scale group's unscaled sums, the scales of the group they belong
-    // to, and whether they still have to go into acc (fold).
+    // WG_DEFER: the current scale group's unscaled sums. Whether a group is pending follows
+    // from the position (see `issue`), and its scales are read again from its ring slot when
+    // it is folded (a flag and a copy of the scale words in registers made some instances
+    // spill under NVRTC 12.9).
     FragC part[WG_DEFER ? WARP_TILES : 1][WG_DEFER ? SW : 1];
-    Words part_s{};
-    bool part_pending = false;
-    auto fold = [&]() {
-      if constexpr (WG_DEFER) {
-        if (part_pending) add_scaled(acc, part, part_s);
-        part_pending = false;
-      }
-    };
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -2377,21 +2428,22 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         // WG_DEFER: a group's first step starts `part` afresh, once the previous group's sums
         // are complete (every pending group: this wait) and folded into acc.
         const bool g_first = WG_DEFER && sub % (WG_DEFER ? SUBS_PER_GROUP : 1) == 0;
-        const bool g_last = WG_DEFER && (sub + 1) % (WG_DEFER ? SUBS_PER_GROUP : 1) == 0;
         auto issue = [&](const FragA (&w)[WARP_TILES]) {
           if constexpr (WG_DEFER) {
             if (g_first) {
-              if (part_pending) {
+              // A group before this one in the same column is pending: one earlier in this
+              // unit, or the previous unit's last (a unit that starts a column, kt = 0, follows
+              // a column end, which folded already; the stripe's first unit has none).
+              // Its slot is intact: the previous unit's is released and refilled later in
+              // this unit (at step 1 or its last step).
+              if (sub > 0 || (unit > unit_start && compute.kt != 0)) {
+                const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
                 wgmma_wait<0>();
-                fold();
+                add_scaled(acc, part, sc);
               }
               issue_wgmma<false>(w, a_desc(stage, sub), part);
             } else {
               issue_wgmma(w, a_desc(stage, sub), part);
-            }
-            if (g_last) {
-              part_s = regs[sub % 2].s;
-              part_pending = true;
             }
           } else {
             issue_wgmma(w, a_desc(stage, sub), acc);
@@ -2444,7 +2496,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         // across the epilogue.
 #pragma unroll
         for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
-        fold();   // WG_DEFER: the column's last group
+        // WG_DEFER: the column's last group (units hold whole groups: always pending).
+        if constexpr (WG_DEFER) add_scaled(acc, part, scales_at(stage, K_SUB - 1));
         if (unit == unit_end - 1) stamp_last_column();
         if (finish_column(acc, compute, unit == unit_end - 1)) {
           tail = true;   // the last unit: the loop ends here

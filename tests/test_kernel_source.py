@@ -2,6 +2,8 @@
 (to run the GPU tests on an experimental build). No GPU needed."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from marlin_cupy import jit, kernels
@@ -64,9 +66,9 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_BULK=2", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_BULK=1", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws"),
      ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"),
-     ("MARLIN_WG_DEFER=1", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"),
-     ("MARLIN_WG_DEFER=1", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
-     ("MARLIN_WG_DEFER=2", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws")]
+     ("MARLIN_WG_DEFER=0", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"),
+     ("MARLIN_WG_DEFER=0", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
+     ("MARLIN_WG_DEFER=2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -129,3 +131,31 @@ def test_plain_build_has_no_pdl_instructions(monkeypatch, name):
     cfg = KernelConfig.from_name(name)
     assert "griddepcontrol" not in jit.compile_ptx(kernels.marlin_source(cfg),
                                                    "compute_90" + cfg.arch_suffix)
+
+
+@pytest.mark.parametrize("name,deferred", [
+    ("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws", True),
+    ("t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws", True),
+    ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", True),
+    ("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws", False),       # 64-column warps: would spill
+    ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", False),
+    ("t256_m1_n16_k8_s4_g8_fp32par_sw2_wg_ws".replace("_k8_", "_k4_"), False),  # half a group
+    ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", True),  # 200 compute registers
+    ("t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", False),   # 128 registers: would spill
+    ("t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws", False),   # 104 compute registers
+])
+def test_wgmma_group_scale_on_fp32_sums_where_it_ships(monkeypatch, name, deferred):
+    """MARLIN_WG_DEFER 1 (the default, NOTES.md entry 60) takes the FP16 scale multiplies out of
+    the wgmma loop of the instances it names, and only of those: their PTX has fewer f16x2
+    multiplies than the MARLIN_WG_DEFER=0 build's, and starts group sums with scale-d = 0."""
+    cfg = KernelConfig.from_name(name)
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    arch = "compute_90" + cfg.arch_suffix
+    default = jit.compile_ptx(kernels.marlin_source(cfg), arch)
+    old = jit.compile_ptx("#define MARLIN_WG_DEFER 0\n" + kernels.marlin_source(cfg), arch)
+    muls = lambda ptx: len(re.findall(r"\bmul(?:\.rn)?\.f16x2\b", ptx))  # noqa: E731
+    assert muls(old) > 0
+    if deferred:
+        assert muls(default) < muls(old) // 2
+    else:
+        assert default == old
