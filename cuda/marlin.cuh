@@ -110,23 +110,24 @@
 #define MARLIN_WG_DEPTH 3
 #endif
 
-// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60). 0: each dequantized
-// weight pair is scaled in FP16 (one HMUL2 per half2, 18 % of the M = 16 loop's instructions)
-// before wgmma. 1 (the default): the steps of a scale group accumulate unscaled (x - z) * A
-// into a second accumulator set (its first wgmma with scale-d = 0, so nothing is zeroed), and
-// once the group's last wgmma is complete its sums go into the output accumulators with one
-// FFMA per accumulator element and the group's scales in FP32, as the mma.sync loop's
-// DEFER_SCALE does. The fold waits for every pending group at the next group's first step,
-// after that step's dequantization. In the instances whose units are one group each, whose
-// threads hold at most 64 accumulators (swap_ab = 2 and 4, and swap_ab = 8 with warps of 16 or
-// 32 columns) and whose compute threads have at least 200 registers (not two 256-thread CTAs
-// per SM, nor 512 compute threads, nor two groups per unit without a producer: those spill
-// with the second set): entry 60 measured -3..-9 % on the large layers at M = 16 and 32, -0.5..-3.7 % at
-// M = 64. 2: in every wgmma instance whose units hold whole groups (A/B only: the 64-column
-// swap_ab = 8 and the swap_ab = 16 instances spill with a second set of 128 or 64 floats).
-// Other sums (FP32 instead of FP16-rounded scaled weights): not bitwise equal to 0's.
+// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60). 0 (the default until the
+// GPU tests have run on 1): each dequantized weight pair is scaled in FP16 (one HMUL2 per
+// half2, 18 % of the M = 16 loop's instructions) before wgmma. 1: the steps of a scale group
+// accumulate unscaled (x - z) * A into a second accumulator set (its first wgmma with
+// scale-d = 0, so nothing is zeroed), and once the group's last wgmma is complete its sums go
+// into the output accumulators with one FFMA per accumulator element and the group's scales
+// in FP32, as the mma.sync loop's DEFER_SCALE does. The fold waits for every pending group at
+// the next group's first step, after that step's dequantization. Applies to the instances
+// whose units are one group each, whose threads hold at most 64 accumulators (swap_ab = 2 and
+// 4, and swap_ab = 8 with warps of 16 or 32 columns) and whose compute threads have at least
+// 200 registers (not two 256-thread CTAs per SM, nor 512 compute threads, nor two groups per
+// unit without a producer: those spill with the second set). Entry 60 measured it -3..-9 % on
+// the large layers at M = 16 and 32 and -0.5..-3.7 % on the narrow sw8 warps at M = 64. 2: in
+// every wgmma instance whose units hold whole groups (A/B only: the 64-column swap_ab = 8 and
+// the swap_ab = 16 instances spill with a second set of 128 or 64 floats). Other sums (FP32
+// instead of FP16-rounded scaled weights): not bitwise equal to 0's.
 #ifndef MARLIN_WG_DEFER
-#define MARLIN_WG_DEFER 1
+#define MARLIN_WG_DEFER 0
 #endif
 
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
@@ -2428,7 +2429,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         // WG_DEFER: a group's first step starts `part` afresh, once the previous group's sums
         // are complete (every pending group: this wait) and folded into acc.
         const bool g_first = WG_DEFER && sub % (WG_DEFER ? SUBS_PER_GROUP : 1) == 0;
-        auto issue = [&](const FragA (&w)[WARP_TILES]) {
+        auto issue = [&](const FragA (&w)[WARP_TILES]) {   // (WG_DEFER only)
           if constexpr (WG_DEFER) {
             if (g_first) {
               // A group before this one in the same column is pending: one earlier in this
@@ -2445,14 +2446,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             } else {
               issue_wgmma(w, a_desc(stage, sub), part);
             }
-          } else {
-            issue_wgmma(w, a_desc(stage, sub), acc);
           }
         };
         if constexpr (WG_RING3) {
           // (sub is a constant once the loop is unrolled: the index and the branch fold.)
           dequant_wgmma(regs[sub % 2], wa[wg_buf(sub)]);
-          issue(wa[wg_buf(sub)]);
+          if constexpr (WG_DEFER) issue(wa[wg_buf(sub)]);
+          else issue_wgmma(wa[wg_buf(sub)], a_desc(stage, sub), acc);
           late_refill();
           // Groups sub - wg_pending(sub - 1) .. sub were pending before this wait; it completes
           // those up to sub - wg_pending(sub). Their buffers are kept up to here (not the
@@ -2465,7 +2465,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             keep_fragments(wa[wg_buf(g)]);
         } else {
           dequant_wgmma(regs[sub % 2], wa[sub % 2]);
-          issue(wa[sub % 2]);
+          if constexpr (WG_DEFER) issue(wa[sub % 2]);
+          else issue_wgmma(wa[sub % 2], a_desc(stage, sub), acc);
           late_refill();
           wgmma_wait_keep<1>(wa[(sub + 1) % 2]);
         }
