@@ -418,6 +418,40 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 #define MC_OUT(i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
 #define MC_WGMMA_IN(scale_d) "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d)
 
+// The five shapes' asm, with accumulator constraints D (MC_ACC or MC_OUT) and scale-d S.
+#define MC_WGMMA_SHAPES(D, S) \
+  if constexpr (N == 8) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, " \
+                 "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n" \
+                 : D(0) \
+                 : MC_WGMMA_IN(S)); \
+  if constexpr (N == 16) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, " \
+                 "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1) \
+                 : MC_WGMMA_IN(S)); \
+  if constexpr (N == 32) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, " \
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1), D(2), D(3) \
+                 : MC_WGMMA_IN(S)); \
+  if constexpr (N == 64) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7) \
+                 : MC_WGMMA_IN(S)); \
+  if constexpr (N == 128) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7), \
+                   D(8), D(9), D(10), D(11), D(12), D(13), D(14), D(15) \
+                 : MC_WGMMA_IN(S));
+
 // ACC = false: scale-d is false, D = A * B, a fresh sum. D is then an output only ("=f"): its
 // old values are not read, so they need not stay live up to here (NOTES.md entry 60: with "+f"
 // the second accumulator set of MARLIN_WG_DEFER stayed live through the epilogue and spilled).
@@ -426,72 +460,13 @@ __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned 
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128,
                 "wgmma N must be 8, 16, 32, 64 or 128");
   // scale-d, the last input, becomes the predicate p; the A fragment follows D.
-  if constexpr (!ACC) {
-    if constexpr (N == 8)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, "
-                   "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-                   : MC_OUT(0)
-                   : MC_WGMMA_IN(0));
-    if constexpr (N == 16)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-                   "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-                   : MC_OUT(0), MC_OUT(1)
-                   : MC_WGMMA_IN(0));
-    if constexpr (N == 32)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                   "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3)
-                   : MC_WGMMA_IN(0));
-    if constexpr (N == 64)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                   "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3), MC_OUT(4), MC_OUT(5), MC_OUT(6), MC_OUT(7)
-                   : MC_WGMMA_IN(0));
-    if constexpr (N == 128)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                   "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                   : MC_OUT(0), MC_OUT(1), MC_OUT(2), MC_OUT(3), MC_OUT(4), MC_OUT(5), MC_OUT(6), MC_OUT(7),
-                     MC_OUT(8), MC_OUT(9), MC_OUT(10), MC_OUT(11), MC_OUT(12), MC_OUT(13), MC_OUT(14), MC_OUT(15)
-                   : MC_WGMMA_IN(0));
-    return;
+  if constexpr (ACC) {
+    MC_WGMMA_SHAPES(MC_ACC, 1)
+  } else {
+    MC_WGMMA_SHAPES(MC_OUT, 0)
   }
-  if constexpr (N == 8)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-                 : MC_ACC(0)
-                 : MC_WGMMA_IN(1));
-  if constexpr (N == 16)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-                 : MC_ACC(0), MC_ACC(1)
-                 : MC_WGMMA_IN(1));
-  if constexpr (N == 32)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                 "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3)
-                 : MC_WGMMA_IN(1));
-  if constexpr (N == 64)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7)
-                 : MC_WGMMA_IN(1));
-  if constexpr (N == 128)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                 : MC_ACC(0), MC_ACC(1), MC_ACC(2), MC_ACC(3), MC_ACC(4), MC_ACC(5), MC_ACC(6), MC_ACC(7),
-                   MC_ACC(8), MC_ACC(9), MC_ACC(10), MC_ACC(11), MC_ACC(12), MC_ACC(13), MC_ACC(14), MC_ACC(15)
-                 : MC_WGMMA_IN(1));
 }
+#undef MC_WGMMA_SHAPES
 #undef MC_ACC
 #undef MC_OUT
 #undef MC_WGMMA_IN
@@ -829,13 +804,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       (!PER_CHANNEL && GROUP_BLOCKS % K_WARPS == 0) ? GROUP_BLOCKS / K_WARPS : 0;
   static constexpr bool DEFER_SCALE = SWAP > 0 && !WGMMA && SUBS_PER_GROUP >= 2;
   // MARLIN_WG_DEFER: the wgmma loop's group scale on FP32 sums (see the switch above).
-  // Registers per compute thread: the launch's share, or with a producer what setmaxnreg
-  // gives the compute threads (the arithmetic of marlin_kernel's role split).
-  static constexpr int REG_POOL = 65536 / MIN_BLOCKS / (THREADS + (WS ? 128 : 0)) / 8 * 8;
+  // Registers per thread at launch (REG_POOL), and per compute thread (COMPUTE_REGS): with a
+  // producer and a pool below 248, marlin_kernel's role split (setmaxnreg) leaves the producer
+  // MARLIN_WS_PRODUCER_REGS and gives the compute threads the rest.
+  static constexpr int REG_POOL = 65536 / MIN_BLOCKS / (THREADS + (WS ? COPY_T : 0)) / 8 * 8;
   static constexpr int COMPUTE_REGS =
       !WS || REG_POOL >= 248
           ? (REG_POOL < 255 ? REG_POOL : 255)
-          : (REG_POOL * (THREADS + 128) - MARLIN_WS_PRODUCER_REGS * 128) / THREADS / 8 * 8;
+          : (REG_POOL * (THREADS + COPY_T) - MARLIN_WS_PRODUCER_REGS * COPY_T) / THREADS / 8 * 8;
   static constexpr bool WG_DEFER =
       WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
       (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
@@ -1478,10 +1454,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
   // takes the low half of scale word j, column 16j + 8 + lane/4 the high half).
-  __device__ __forceinline__ void add_scaled(FragC (&acc)[WARP_TILES][SW],
-                                             const FragC (&part)[WARP_TILES][SW], const Regs& r) {
-    add_scaled(acc, part, r.s);
-  }
   __device__ __forceinline__ void add_scaled(FragC (&acc)[WARP_TILES][SW],
                                              const FragC (&part)[WARP_TILES][SW], const Words& ws) {
     const half2* sw = reinterpret_cast<const half2*>(&ws);
@@ -2320,7 +2292,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);
           else matmul_swapped<false>(regs[sub % 2], part);
           if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
-            add_scaled(acc_t, part, regs[sub % 2]);
+            add_scaled(acc_t, part, regs[sub % 2].s);
         } else {
           matmul_swapped<false>(regs[sub % 2], acc_t);
         }
@@ -2641,11 +2613,10 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
       if constexpr (K::BULK) fence_proxy_async_shared();
     }
     __syncthreads();
-    constexpr int POOL = 65536 / MIN_BLOCKS / (THREADS + K::COPY_T) / 8 * 8;
     constexpr int PRODUCER_REGS = MARLIN_WS_PRODUCER_REGS;
     static_assert(PRODUCER_REGS % 8 == 0 && PRODUCER_REGS >= 24, "setmaxnreg: 24..256, by 8");
-    constexpr int MORE = (POOL * (THREADS + K::COPY_T) - PRODUCER_REGS * K::COPY_T) / THREADS / 8 * 8;
-    constexpr bool SHIFT = WGMMA && POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
+    constexpr int MORE = K::COMPUTE_REGS;                 // (with SHIFT: the producer's leftover)
+    constexpr bool SHIFT = WGMMA && K::REG_POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
     if (MARLIN_WS_ROLE_BY_WARP ? k.warp >= K::WARPS : threadIdx.x >= THREADS) {
       if constexpr (SHIFT) setmaxnreg_dec<PRODUCER_REGS>();
       k.tid = threadIdx.x - THREADS;

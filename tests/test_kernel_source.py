@@ -137,7 +137,7 @@ def test_plain_build_has_no_pdl_instructions(monkeypatch, name):
     ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", True),
     ("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws", False),       # 64-column warps: would spill
     ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", False),
-    ("t256_m1_n16_k8_s4_g8_fp32par_sw2_wg_ws".replace("_k8_", "_k4_"), False),  # half a group
+    ("t256_m1_n16_k4_s4_g8_fp32par_sw2_wg_ws", False),  # units of half a group
     ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", True),  # 200 compute registers
     ("t256_m4_n16_k8_s3_g8_fp32_sw8_wg_w32_b2", False),   # 128 registers: would spill
     ("t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws", False),   # 104 compute registers
