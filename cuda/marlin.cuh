@@ -110,9 +110,9 @@
 #define MARLIN_WG_DEPTH 3
 #endif
 
-// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60). 0 (the default until the
-// GPU tests have run on 1): each dequantized weight pair is scaled in FP16 (one HMUL2 per
-// half2, 18 % of the M = 16 loop's instructions) before wgmma. 1: the steps of a scale group
+// The group scale in the wgmma loop (benchmarks/NOTES.md entry 60). 0: each dequantized
+// weight pair is scaled in FP16 (one HMUL2 per half2, 18 % of the M = 16 loop's instructions)
+// before wgmma. 1 (the default): the steps of a scale group
 // accumulate unscaled (x - z) * A into a second accumulator set (its first wgmma with
 // scale-d = 0, so nothing is zeroed), and once the group's last wgmma is complete its sums go
 // into the output accumulators with one FFMA per accumulator element and the group's scales
@@ -127,7 +127,7 @@
 // the swap_ab = 16 instances spill with a second set of 128 or 64 floats). Other sums (FP32
 // instead of FP16-rounded scaled weights): not bitwise equal to 0's.
 #ifndef MARLIN_WG_DEFER
-#define MARLIN_WG_DEFER 0
+#define MARLIN_WG_DEFER 1
 #endif
 
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md

@@ -143,20 +143,22 @@ def test_plain_build_has_no_pdl_instructions(monkeypatch, name):
     ("t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws", False),   # 104 compute registers
 ])
 def test_wgmma_group_scale_on_fp32_sums_where_it_applies(monkeypatch, name, deferred):
-    """MARLIN_WG_DEFER 1 (NOTES.md entry 60; not yet the default) takes the FP16 scale
-    multiplies out of the wgmma loop of the instances it names, and only of those: their PTX
-    has fewer than half the f16x2 multiplies of the default build's; the others' is the same."""
+    """MARLIN_WG_DEFER 1 (NOTES.md entry 60; the default) takes the FP16 scale multiplies out
+    of the wgmma loop of the instances it names, and only of those: their PTX has fewer than
+    half the f16x2 multiplies of the MARLIN_WG_DEFER 0 build's; the others' is the same."""
     cfg = KernelConfig.from_name(name)
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     arch = "compute_90" + cfg.arch_suffix
+    plain = jit.compile_ptx("#define MARLIN_WG_DEFER 0\n" + kernels.marlin_source(cfg), arch)
     default = jit.compile_ptx(kernels.marlin_source(cfg), arch)
-    defer = jit.compile_ptx("#define MARLIN_WG_DEFER 1\n" + kernels.marlin_source(cfg), arch)
+    explicit = jit.compile_ptx("#define MARLIN_WG_DEFER 1\n" + kernels.marlin_source(cfg), arch)
     muls = lambda ptx: len(re.findall(r"\bmul(?:\.rn)?\.f16x2\b", ptx))  # noqa: E731
-    assert muls(default) > 0
+    assert default == explicit
+    assert muls(plain) > 0
     if deferred:
-        assert muls(defer) < muls(default) // 2
+        assert muls(default) < muls(plain) // 2
     else:
-        assert defer == default
+        assert default == plain
 
 
 @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
@@ -167,8 +169,9 @@ def test_wgmma_group_scale_on_fp32_sums_where_it_applies(monkeypatch, name, defe
     "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2",
 ])
 def test_wgmma_group_scale_builds_do_not_spill(monkeypatch, name, has_zp):
-    """The MARLIN_WG_DEFER 1 builds of the table's configs most at risk keep their second
-    accumulator set in registers (NVRTC; scripts/check_compile.py checks the default build)."""
+    """The MARLIN_WG_DEFER 1 builds (the default) of the table's configs most at risk keep
+    their second accumulator set in registers (NVRTC; scripts/check_compile.py checks every
+    table config's default build)."""
     cfg = KernelConfig.from_name(name)
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     src = "#define MARLIN_WG_DEFER 1\n" + kernels.marlin_source(cfg, has_zp)
