@@ -65,12 +65,15 @@
 // 1 applies it to swap_ab=8 only; 2 to every wgmma loop, 0 to none (A/B runs). Entry 37 (with
 // the staged epilogue): in the 128-row loop (swap_ab=16) it is 0.4-1.4 % faster on 10 of 12
 // layers at M = 128, and still 2.2-2.9 % slower in the serial swap_ab=4 instances; so 3 (the
-// default of entries 38-57) applies it to swap_ab=8 and 16. 4 (the default since entry 58):
+// default of entries 38-57) applies it to swap_ab=8 and 16. 4 (the default of entries 58-61):
 // swap_ab=4, 8 and 16. With the producer warpgroup (entry 45) the 32-column loop keeps its
 // descriptors on the uniform datapath with the addition too, and gains 0.7-1.0 % summed at
-// M = 32; the 16-row loop (swap_ab=2) still loses on the largest layers (+1.3..+2.2 %).
+// M = 32; the 16-row loop (swap_ab=2) then still lost on the largest layers (+1.3..+2.2 %).
+// 5 (the default since entry 62): swap_ab=2, 4, 8 and 16. With the group scale on FP32 sums
+// (MARLIN_WG_DEFER) the 16-row loop is shorter, and the addition gains there too (-0.4..-2.1 %
+// per layer at M = 16). The swap_ab=1 wgmma instances (examples only) keep rebuilding them.
 #ifndef MARLIN_DESC_ADD
-#define MARLIN_DESC_ADD 4
+#define MARLIN_DESC_ADD 5
 #endif
 
 // The last column's output from the swapped wgmma layouts (swap_ab >= 2), written through
@@ -715,7 +718,7 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
                    (MARLIN_DESC_ADD == 3 && (swap == 8 || swap == 16)) ||
-                   (MARLIN_DESC_ADD == 4 && swap >= 4));
+                   (MARLIN_DESC_ADD == 4 && swap >= 4) || (MARLIN_DESC_ADD == 5 && swap >= 2));
 }
 // The descriptors' base, a member only of the instances that use it: a struct member changes the
 // SASS of instances that never touch it (the others then compile as without the switch).

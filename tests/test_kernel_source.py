@@ -66,7 +66,8 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_BULK=2", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_BULK=1", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws"),
      ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"),
-     ("MARLIN_WG_DEFER=2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws")]
+     ("MARLIN_WG_DEFER=2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"),
+     ("MARLIN_DESC_ADD=4", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
