@@ -162,6 +162,26 @@ def test_wgmma_group_scale_on_fp32_sums_where_it_applies(monkeypatch, name, defe
         assert default == plain
 
 
+@pytest.mark.parametrize("name,changed", [
+    ("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws", True),     # a 16-row loop of the table
+    ("t128_m1_n16_k8_s4_g8_fp32_sw2_wg", True),        # without a producer
+    ("t256_m1_n16_k8_s3_gc_fp32_sw1_wg", False),       # swap_ab = 1: keeps rebuilding them
+])
+def test_descriptor_by_addition_reaches_the_16_row_loops(monkeypatch, name, changed):
+    """MARLIN_DESC_ADD 5 (NOTES.md entry 62; the default) is value 4 plus the swap_ab = 2
+    wgmma loops: their PTX differs from value 4's, the swap_ab = 1 instances' does not, and
+    the default is an explicit 5."""
+    cfg = KernelConfig.from_name(name)
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    arch = "compute_90" + cfg.arch_suffix
+    default = jit.compile_ptx(kernels.marlin_source(cfg), arch)
+    build = lambda value: jit.compile_ptx(  # noqa: E731
+        f"#define MARLIN_DESC_ADD {value}\n" + kernels.marlin_source(cfg), arch)
+    assert default == build(5)
+    four = build(4)
+    assert (default != four) == changed
+
+
 @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
 @pytest.mark.parametrize("name", [
     "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws",
