@@ -350,3 +350,21 @@ def test_wave_probe_oversubscribes_only_configs_that_never_wait():
     assert not never_waits(KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"))
     assert not never_waits(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32par_sw1_b2")
                            .with_(dyn_chunk=8))
+
+
+def test_launch_cost_fit_recovers_a_fixed_cost_and_a_rate():
+    """Times made as fixed + bytes / rate are split back into the two; the gap to another
+    provider splits into the layers' share of the fixed costs and the bytes' share of the
+    rates, with nothing left over."""
+    pytest.importorskip("numpy")
+    fit_mod = _load("launch_cost_fit")
+    sizes = [(4096, 4096), (4096, 12288), (8192, 28672), (5120, 5120)]
+    mine = [("s", k, n, k * n // 2, 9.0 + k * n / 2 / 1e6 / 4.2) for k, n in sizes]
+    read = [("s", k, n, k * n // 2, 4.5 + k * n / 2 / 1e6 / 4.5) for k, n in sizes]
+    fixed, rate, resid = fit_mod.fit([(b, t) for *_, b, t in mine])
+    assert fixed == pytest.approx(9.0) and rate == pytest.approx(4.2) and resid < 1e-9
+    (t_m, t_r, f_part, r_part), = fit_mod.split_gap(mine, read).values()
+    assert f_part == pytest.approx(4 * 4.5)
+    assert t_m - t_r == pytest.approx(f_part + r_part)
+    with pytest.raises(ValueError):
+        fit_mod.fit([(1e6, 3.0), (1e6, 4.0)])     # one size: no slope
