@@ -49,7 +49,7 @@ def fit(points):
 
 
 def bench_points(record, m):
-    """{provider: [(k, n, bytes, us)]} at batch ``m`` of a bench record: ``marlin`` and
+    """{provider: [(set, k, n, bytes, us)]} at batch ``m`` of a bench record: ``marlin`` and
     ``fp16`` (each row's FP16 baseline), llama2 sets only."""
     out = {"marlin": [], "fp16": []}
     for r in record["rows"]:
@@ -63,6 +63,7 @@ def bench_points(record, m):
 
 
 def read_points(record):
+    """[(set, k, n, bytes, us)] of a ``scripts/read_ceiling.py`` record's plain reads."""
     return [(r["set"], r["k"], r["n"], r["read_bytes"], r["read_us"]) for r in record["rows"]]
 
 
