@@ -26,6 +26,8 @@ over the CTAs that had work, and its maximum (``_max``):
 - ``span``: first CTA start to last CTA exit, against ``event_us`` of the same launch: the
   difference is launch and teardown outside any CTA; ``imbalance`` is the span beyond the
   median CTA's parts;
+- ``crit_*``: the same parts of the CTA that exits last, the launch's critical path
+  (``critical()``): which of them the launch waits for;
 - ``slow_sm_consistency``: whether the same SMs stream slowest in every launch (the mean rank
   correlation of per-SM stream times between launches; ``slow_sm_consistency()``). With
   ``--raw`` every launch's per-CTA points and SM ids are kept as well.
@@ -92,6 +94,29 @@ def summarize(stamps: np.ndarray, event_us: float) -> dict:
         d = sp[:, hi] - sp[:, lo]
         out[name], out[name + "_max"] = ((float(np.median(d)), float(d.max())) if len(d)
                                          else (0.0, 0.0))
+    return out
+
+
+def critical(stamps: np.ndarray) -> dict:
+    """The parts of the CTA that exits last (the launch's critical path), in ns: ``crit_``
+    and the names of ``PARTS`` (``cross`` cut into ``CROSS_PARTS`` when its last column is
+    split, else those are 0), ``crit_start`` (its entry after the first CTA's),
+    ``crit_stream_lag`` (how much later than the median CTA its stream ended: what the
+    imbalance put on the path) and ``crit_split`` (1 when its last column is split)."""
+    raw = stamps[:, :POINTS].astype(np.int64) & 0xFFFFFFFF
+    busy = raw[:, 3] != 0
+    rel = (raw - raw[:, 0].min()) % (1 << 32)
+    b = rel[busy]
+    c = b[int(np.argmax(b[:, 6]))]
+    out = {"crit_start": float(c[0])}
+    for i, name in enumerate(PARTS):
+        out["crit_" + name] = float(c[i + 1] - c[i])
+    split = raw[busy][int(np.argmax(b[:, 6]))]
+    is_split = split[7] != 0 and split[8] != 0
+    for name, (lo, hi) in zip(CROSS_PARTS, ((5, 7), (7, 8), (8, 6))):
+        out["crit_" + name] = float(c[hi] - c[lo]) if is_split else 0.0
+    out["crit_split"] = float(is_split)
+    out["crit_stream_lag"] = float(c[4] - np.median(b[:, 4]))
     return out
 
 
@@ -189,7 +214,8 @@ def main(argv=None) -> int:
                     ev1.synchronize()
                     st = cp.asnumpy(locks[plan.grid:(STRIDE + 1) * plan.grid]).reshape(
                         plan.grid, STRIDE)
-                    per.append(summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3))
+                    per.append({**summarize(st, cp.cuda.get_elapsed_time(ev0, ev1) * 1e3),
+                                **critical(st)})
                     raw.append(relative(st))
             row = {"k": k, "n": n, "m": m, "config": cfg.name, "grid": plan.grid,
                    "real_median_us": t_real}
@@ -208,7 +234,10 @@ def main(argv=None) -> int:
                   f"end in a split column: "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
                               for p in CROSS_PARTS)
-                  + f"; slow-SM rank correlation {row['slow_sm_consistency']:.2f}", flush=True)
+                  + f"; slow-SM rank correlation {row['slow_sm_consistency']:.2f}; the "
+                  f"last CTA: stream lag {row['crit_stream_lag'] / 1e3:.2f}, "
+                  + ", ".join(f"{p} {row['crit_' + p] / 1e3:.2f}"
+                              for p in PARTS + CROSS_PARTS), flush=True)
     write(a.out, rows, a.no_store)
     return 0
 

@@ -58,6 +58,18 @@ def test_timeline_summary_parts_and_wraparound():
     assert s["split_ctas"] == 1
     assert (s["cross_wait"], s["cross_sum"], s["cross_end"]) == (300, 600, 100)
     assert s["cross_sum_max"] == 600 and s["cross"] == 1050   # over every busy CTA, as before
+    # critical(): the CTA that exits last is the second (10000), whose column is not split.
+    c = tp.critical(st.astype(np.uint32).view(np.int32))
+    assert c["crit_start"] == 50 and c["crit_setup"] == 100 and c["crit_stream"] == 6900
+    assert c["crit_cross"] == 1100 and c["crit_split"] == 0.0
+    assert all(c["crit_" + p] == 0.0 for p in tp.CROSS_PARTS)
+    assert c["crit_stream_lag"] == 8500 - 8250             # its stream end past the median
+    # Now the first CTA exits last (10200) after a split column's wait, sum and release.
+    st[0, 6] = (t0 + 10200) % (1 << 32)
+    c = tp.critical(st.astype(np.uint32).view(np.int32))
+    assert c["crit_start"] == 0 and c["crit_split"] == 1.0
+    assert (c["crit_cross_wait"], c["crit_cross_sum"], c["crit_cross_end"]) == (300, 600, 800)
+    assert c["crit_cross"] == 1700 and c["crit_stream_lag"] == 8000 - 8250
 
 
 def test_timeline_slow_sm_consistency():
