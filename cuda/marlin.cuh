@@ -41,8 +41,28 @@
 // 1: every CTA that reaches the column at the end of its stripe waits until all partials are
 // in, then sums and writes its own share of the tile. 0: the last CTA to arrive sums and
 // writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
+// 2 (measured in entry 64): the first way on tiles of every size.
 #ifndef MARLIN_PAR_COOP
 #define MARLIN_PAR_COOP 1
+#endif
+
+// The last arriver's sum of a split column that ends its stripe, on tiles that do not share
+// the sum (below 48 rows, or MARLIN_PAR_COOP 0; NOTES.md entry 64). 1: after the main loop,
+// every compute thread a share of the tile's elements with several partials' loads in flight
+// (coop_sum with one waiter). 0: inside the loop, the column's warps one partial at a time
+// (sum_column: a memory round trip per partial, on the launch's critical path). Same sums,
+// same order, same bits. Columns that end mid-stripe keep sum_column either way.
+#ifndef MARLIN_PAR_TAIL_SUM
+#define MARLIN_PAR_TAIL_SUM 0
+#endif
+
+// (Measurement, NOTES.md entry 64) 1: the waiters of a shared sum (MARLIN_PAR_COOP) count
+// out with a relaxed atomic instead of an acq_rel one, whose release (MEMBAR.ALL.GPU) waits
+// for the share's stores of C before the CTA can exit. The counter is one location, so its
+// coherence alone orders the re-arming after every waiter's count-out; nothing in the launch
+// reads C.
+#ifndef MARLIN_COOP_REARM_RELAXED
+#define MARLIN_COOP_REARM_RELAXED 0
 #endif
 
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
@@ -936,6 +956,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
   bool stamp_last = false;
 #endif
+  bool sum_at_end = false;   // (TAIL_SUM) this CTA is the last arriver of its stripe's last column
   // Thread 0 stores each point as it passes it: nothing is held in registers.
   __device__ __forceinline__ void stamp(int i) {
 #if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
@@ -1860,8 +1881,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // Loads in flight per thread: COOP_UNROLL elements x COOP_AHEAD partials. The 48-row
   // and 64-row mma.sync tiles (WM >= 2) sit at the register limit and spill with 16 (on
   // sm_90 or sm_80); they take 4.
-  static constexpr bool COOP = PAR_REDUCE && MARLIN_PAR_COOP && TILE_M >= 48;
+  static constexpr bool COOP =
+      PAR_REDUCE && MARLIN_PAR_COOP && (TILE_M >= 48 || (MARLIN_PAR_COOP == 2 && !DYN));
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
+  static constexpr bool TAIL_SUM = MARLIN_PAR_TAIL_SUM && PAR_REDUCE && !COOP && !DYN;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
   static_assert(!DYN || (PAR_REDUCE && !COOP && !WS && !WGMMA && DYN_Q >= STAGES),
@@ -2026,7 +2049,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                    static_cast<int>(blockIdx.x) - top, waiters);
     cta_sync();
     stamp(8);
-    if (tid == 0 && atom_add_acq_rel_gpu(locks + top, 1) == count + waiters - 1) locks[top] = 0;
+    if (tid == 0 && (MARLIN_COOP_REARM_RELAXED ? atomicAdd(locks + top, 1)
+                                               : atom_add_acq_rel_gpu(locks + top, 1)) ==
+                        count + waiters - 1)
+      locks[top] = 0;
   }
 
   // Publication of a partial (NOTES.md entries 22-23): a barrier, then one GPU-scope release
@@ -2036,7 +2062,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // slower summed at M = 1..128.
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom) {
+                                                      int bottom, bool at_end) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
@@ -2052,7 +2078,35 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                                 : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
     const bool sums = cta_sync_or(last);
     stamp_if_last(7);
+    if constexpr (TAIL_SUM) {
+      if (at_end) {          // the stripe's last column: summed after the main loop
+        sum_at_end = sums;
+        if (!sums) stamp_if_last(8);
+        return;
+      }
+    }
     if (sums) sum_column(acc, slab, n_tile, top, bottom);
+    stamp_if_last(8);
+  }
+
+  // MARLIN_PAR_TAIL_SUM: the last arriver's sum of the stripe's last column, after the main
+  // loop (every copy has landed and every warp is past its last mma, so the stages are idle):
+  // every compute thread sums a share of the tile's elements, several partials' loads in
+  // flight, bottom..top from +0 as sum_column does (so the same bits), then re-arms the lock.
+  template <int NF>
+  __device__ __forceinline__ void tail_sum() {
+    if (!sum_at_end) return;
+    const int col = (unit_end - 1) / k_tiles;
+    const int first = col * k_tiles;
+    const int top = first / iters;
+    const int bottom = (first + k_tiles - 1) / iters;
+    if constexpr (EPI_STAGE) {
+      cta_sync();   // the stages are the staged sum's strips
+      coop_sum_staged<NF>(col % parallel, col / parallel, top, bottom, 0, 1);
+    } else {
+      coop_sum<NF>(col % parallel, col / parallel, top, bottom, 0, 1);
+    }
+    if (tid == 0) locks[top] = 0;
     stamp_if_last(8);
   }
 
@@ -2098,7 +2152,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       return false;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom);
+      finish_split_column(acc, slab, n_tile, top, bottom, last);
       return false;
     }
     const int count = bottom - top + 1;
@@ -2329,6 +2383,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     if constexpr (!WS) cp_async_wait<0>();
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
+    if constexpr (TAIL_SUM) tail_sum<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -2492,6 +2547,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (tail) staged_tail(acc);
     }
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
+    if constexpr (TAIL_SUM) tail_sum<WARP_TILES * SW>();
   }
 
   // WS: the `empty` barriers follow the STAGES `full` ones.
