@@ -36,33 +36,35 @@
 #define MARLIN_PROBE 0
 #endif
 
-// How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column of a tile of 48 or
-// more rows (benchmarks/NOTES.md entry 20; smaller tiles always take the second way).
-// 1: every CTA that reaches the column at the end of its stripe waits until all partials are
-// in, then sums and writes its own share of the tile. 0: the last CTA to arrive sums and
-// writes the whole tile alone (entry 12), kept for A/B runs. Same sums, same order.
-// 2 (measured in entry 64): the first way on tiles of every size.
+// How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum
+// (every CTA that reaches the column at the end of its stripe waits until all partials are
+// in, then sums and writes its own share of the tile) or the last CTA to arrive summing and
+// writing the whole tile alone (entry 12). Same sums, same order, same bits. The shared sum
+// on tiles of 1: 32 rows or more (entry 64), 3: 48 rows or more (entry 20, the default until
+// entry 64), 2: every size, 0: none (the last arriver always). Run-time hand-out (DYN) always
+// takes the last arriver's sum.
 #ifndef MARLIN_PAR_COOP
 #define MARLIN_PAR_COOP 1
 #endif
 
-// The last arriver's sum of a split column that ends its stripe, on tiles that do not share
-// the sum (below 48 rows, or MARLIN_PAR_COOP 0; NOTES.md entry 64). 1: after the main loop,
-// every compute thread a share of the tile's elements with several partials' loads in flight
-// (coop_sum with one waiter). 0: inside the loop, the column's warps one partial at a time
-// (sum_column: a memory round trip per partial, on the launch's critical path). Same sums,
-// same order, same bits. Columns that end mid-stripe keep sum_column either way.
+// (Measurement, NOTES.md entry 64) The last arriver's sum of a split column that ends its
+// stripe, on tiles that do not share the sum (MARLIN_PAR_COOP). 1: after the main loop, every
+// compute thread a share of the tile's elements with several partials' loads in flight
+// (coop_sum with one waiter; measured slower); 2: the same in short rolled loops. 0: inside
+// the loop, the column's warps one partial at a time (sum_column: a memory round trip per
+// partial, on the launch's critical path). Same sums, same order, same bits. Columns that end
+// mid-stripe keep sum_column either way.
 #ifndef MARLIN_PAR_TAIL_SUM
 #define MARLIN_PAR_TAIL_SUM 0
 #endif
 
-// (Measurement, NOTES.md entry 64) 1: the waiters of a shared sum (MARLIN_PAR_COOP) count
-// out with a relaxed atomic instead of an acq_rel one, whose release (MEMBAR.ALL.GPU) waits
-// for the share's stores of C before the CTA can exit. The counter is one location, so its
-// coherence alone orders the re-arming after every waiter's count-out; nothing in the launch
-// reads C.
+// 1 (NOTES.md entry 64): the waiters of a shared sum (MARLIN_PAR_COOP) count out with a
+// relaxed atomic; 0: with an acq_rel one, whose release (MEMBAR.ALL.GPU) waits for the
+// share's stores of C before the CTA can exit. The counter is one location, so its coherence
+// alone orders the re-arming after every waiter's count-out (each counts out after its own
+// acquire saw every partial in), and nothing in the launch reads C or the scratch after it.
 #ifndef MARLIN_COOP_REARM_RELAXED
-#define MARLIN_COOP_REARM_RELAXED 0
+#define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
@@ -1831,7 +1833,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // it ends in, whose k = 0 it holds (it is that column's top; slot 2b + 1). The partials are
   // added in the fixed order bottom, bottom - 1, ..., top (the serial chain's order, from +0),
   // so the result is bitwise reproducible whatever the arrival order and has the serial
-  // chain's values. Who adds them: on tiles of 48 rows or more (COOP) the CTAs whose stripe
+  // chain's values. Who adds them: on tiles of 32 rows or more (COOP) the CTAs whose stripe
   // ends in the column, each a share of the tile, after their main loop (coop_finish); on the
   // others the last CTA to arrive, alone (sum_column). Against the serial chain below, no CTA waits
   // mid-stripe, and the column costs one pass over its partials instead of count - 1
@@ -1873,21 +1875,27 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // column's CTAs adds 1 (all partials are in at `count`), then each waiter adds 1 when its
   // share is written; the last re-arms it to 0 for the next launch.
   //
-  // Which tiles share the sum (measured, NOTES.md entry 20): from 48 rows on, where a partial
-  // is 24-64 KB and one CTA reading 3-9 of them was the kernel's tail. On the smaller tiles
-  // the waiters' extra round trips (seeing the count, re-arming) cost more than the shared
-  // sum saves (4-7 % slower summed at M = 1..16).
+  // Which tiles share the sum (measured, NOTES.md entries 20 and 64): from 32 rows on, where a
+  // partial is 16-64 KB and one CTA reading 3-9 of them was the kernel's tail (entry 20 found
+  // it from 48 rows; entry 64 on today's kernel from 32). On the smaller tiles the waiters'
+  // extra round trips (seeing the count, re-arming) cost more than the shared sum saves (4-7 %
+  // slower summed at M = 1..16 in entry 20, 1.2-2.5 % in entry 64).
   //
   // Loads in flight per thread: COOP_UNROLL elements x COOP_AHEAD partials. The 48-row
   // and 64-row mma.sync tiles (WM >= 2) sit at the register limit and spill with 16 (on
   // sm_90 or sm_80); they take 4.
   static constexpr bool COOP =
-      PAR_REDUCE && MARLIN_PAR_COOP && (TILE_M >= 48 || (MARLIN_PAR_COOP == 2 && !DYN));
+      PAR_REDUCE && !DYN &&
+      (MARLIN_PAR_COOP == 1   ? TILE_M >= 32
+       : MARLIN_PAR_COOP == 2 ? true
+       : MARLIN_PAR_COOP == 3 ? TILE_M >= 48
+                              : false);
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr bool TAIL_SUM = MARLIN_PAR_TAIL_SUM && PAR_REDUCE && !COOP && !DYN;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
-  static_assert(!DYN || (PAR_REDUCE && !COOP && !WS && !WGMMA && DYN_Q >= STAGES),
+  static_assert(!DYN ||
+                    (PAR_REDUCE && !COOP && TILE_M < 48 && !WS && !WGMMA && DYN_Q >= STAGES),
                 "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
                 "to 32 rows), the mma.sync loop without a producer, and DYN_Q >= STAGES");
   static_assert(!DYN || (MARLIN_PROBE != 4 && MARLIN_PROBE != 5),
@@ -2089,6 +2097,46 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     stamp_if_last(8);
   }
 
+  // MARLIN_PAR_TAIL_SUM 2: coop_sum's elements and order in rolled loops, one element per
+  // thread at a time with up to 8 partials' loads in flight: short code, for a path that one
+  // CTA of a column runs once per launch (its instructions are fetched cold).
+  template <int NF>
+  __device__ __forceinline__ void tail_sum_compact(int slab, int n_tile, int top, int bottom) {
+    constexpr int ELEMS = M_WARPS * N_WARPS * NF * 32, AHEAD = 8;
+    constexpr size_t SLOT = TILE_M * TILE_N / 4;
+    unsigned short* c = reinterpret_cast<unsigned short*>(C);
+#pragma unroll 1
+    for (int e = tid; e < ELEMS; e += THREADS) {
+      const float4* src = scratch + (e / (NF * 32)) * RED_WARP + e % (NF * 32);
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+      for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
+        float4 v[AHEAD];
+#pragma unroll
+        for (int a = 0; a < AHEAD; a++)
+          if (c0 - a >= top) v[a] = __ldcg(src + partial_slot(c0 - a, top) * SLOT);
+#pragma unroll
+        for (int a = 0; a < AHEAD; a++)
+          if (c0 - a >= top) {
+            sum.x += v[a].x;
+            sum.y += v[a].y;
+            sum.z += v[a].z;
+            sum.w += v[a].w;
+          }
+      }
+      const int w = e / (NF * 32), f = e / 32 % NF, l = e % 32;
+      const float x[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        int row, col;
+        frag_elem(slab, n_tile, w, f, l, i, row, col);
+        if (row < prob_m)
+          store_c(c + static_cast<size_t>(row) * prob_n + col,
+                  __half_as_ushort(__float2half_rn(x[i])));
+      }
+    }
+  }
+
   // MARLIN_PAR_TAIL_SUM: the last arriver's sum of the stripe's last column, after the main
   // loop (every copy has landed and every warp is past its last mma, so the stages are idle):
   // every compute thread sums a share of the tile's elements, several partials' loads in
@@ -2100,7 +2148,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const int first = col * k_tiles;
     const int top = first / iters;
     const int bottom = (first + k_tiles - 1) / iters;
-    if constexpr (EPI_STAGE) {
+    if constexpr (MARLIN_PAR_TAIL_SUM == 2) {
+      tail_sum_compact<NF>(col % parallel, col / parallel, top, bottom);
+    } else if constexpr (EPI_STAGE) {
       cta_sync();   // the stages are the staged sum's strips
       coop_sum_staged<NF>(col % parallel, col / parallel, top, bottom, 0, 1);
     } else {

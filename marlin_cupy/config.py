@@ -60,8 +60,8 @@ class KernelConfig:
     wgmma: bool = False
     #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
     #: the same sums are added in the same order once all are in: by the last to arrive on
-    #: tiles of up to 32 rows, by every CTA whose stripe ends in the column, a share each, on
-    #: tiles of 48 rows or more; instead of one CTA after another (name: fp32par).
+    #: tiles of 16 rows, by every CTA whose stripe ends in the column, a share each, on
+    #: tiles of 32 rows or more; instead of one CTA after another (name: fp32par).
     parallel_reduce: bool = False
     #: (wgmma only) columns per warp, 16, 32 or 64; 0 for the default (64, or 32 with
     #: swap_ab=16). Narrower warps hold fewer accumulators (columns / 16 x 4 x swap_ab floats

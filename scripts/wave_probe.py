@@ -5,7 +5,7 @@
 
 The persistent grid is at most one CTA per resident slot (``ops._plan``): the serial chain and
 the shared sum (COOP) wait on other CTAs, which must then be resident. The parallel reduction
-on tiles below 48 rows (``parallel_reduce``, the last arriver sums; every dispatched config at
+on tiles below 32 rows (``parallel_reduce``, the last arriver sums; every dispatched config at
 M <= 8) never waits, so its grid may be larger than what fits: the hardware then starts each
 further CTA on whichever SM frees a slot first, which hands the work out at run time without
 any code of ours (NOTES.md entries 51 and 53: the slowest CTA of an M = 1 launch streams 25-29 %
@@ -42,8 +42,9 @@ from marlin_cupy.records import environment  # noqa: E402
 
 def never_waits(cfg) -> bool:
     """Whether a config's CTAs never wait on another CTA (so the grid may exceed residency):
-    the parallel reduction's last-arriver sum, not the shared sum of tiles from 48 rows."""
-    return bool(cfg.parallel_reduce) and cfg.tile_m < 48 and not cfg.dyn_chunk
+    the parallel reduction's last-arriver sum, not the shared sum of tiles from 32 rows (48
+    before NOTES.md entry 64)."""
+    return bool(cfg.parallel_reduce) and cfg.tile_m < 32 and not cfg.dyn_chunk
 
 
 class scaled_sms:

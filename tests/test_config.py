@@ -23,7 +23,7 @@ INVALID = {
     "wgmma16_n_blocks": KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=4,
                                      thread_k_blocks=8, swap_ab=16, wgmma=True),
     # run-time hand-out: the serial reduction, chunks shorter than the ring, the shared sum
-    # (48-row tiles), wgmma, a producer
+    # (48-row tiles: run-time hand-out takes 16 and 32), wgmma, a producer
     "dyn_serial": KernelConfig(dyn_chunk=8),
     "dyn_short_chunk": KernelConfig(parallel_reduce=True, stages=6, dyn_chunk=5),
     "dyn_coop": KernelConfig(thread_m_blocks=4, parallel_reduce=True, dyn_chunk=8),

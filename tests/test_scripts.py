@@ -352,12 +352,13 @@ def test_ab_sets_sums_dispatched_rows_of_complete_sets(tmp_path):
 
 def test_wave_probe_oversubscribes_only_configs_that_never_wait():
     """A grid beyond residency deadlocks a config whose CTAs wait on each other (the serial
-    chain, the shared sum of tiles from 48 rows): wave_probe.py must leave those alone."""
+    chain, the shared sum of tiles from 32 rows): wave_probe.py must leave those alone."""
     pytest.importorskip("cupy")
     from marlin_cupy.config import KernelConfig
     never_waits = _load("wave_probe").never_waits
     assert never_waits(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32par_sw1_b2"))
-    assert never_waits(KernelConfig.from_name("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"))
+    assert never_waits(KernelConfig.from_name("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"))
+    assert not never_waits(KernelConfig.from_name("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"))
     assert not never_waits(KernelConfig.from_name("t256_m1_n8_k16_s6_g8_fp32"))
     assert not never_waits(KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"))
     assert not never_waits(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32par_sw1_b2")
