@@ -47,17 +47,6 @@
 #define MARLIN_PAR_COOP 1
 #endif
 
-// (Measurement, NOTES.md entry 64) The last arriver's sum of a split column that ends its
-// stripe, on tiles that do not share the sum (MARLIN_PAR_COOP). 1: after the main loop, every
-// compute thread a share of the tile's elements with several partials' loads in flight
-// (coop_sum with one waiter; measured slower); 2: the same in short rolled loops. 0: inside
-// the loop, the column's warps one partial at a time (sum_column: a memory round trip per
-// partial, on the launch's critical path). Same sums, same order, same bits. Columns that end
-// mid-stripe keep sum_column either way.
-#ifndef MARLIN_PAR_TAIL_SUM
-#define MARLIN_PAR_TAIL_SUM 0
-#endif
-
 // 1 (NOTES.md entry 64): the waiters of a shared sum (MARLIN_PAR_COOP) count out with a
 // relaxed atomic; 0: with an acq_rel one, whose release (MEMBAR.ALL.GPU) waits for the
 // share's stores of C before the CTA can exit. The counter is one location, so its coherence
@@ -958,7 +947,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
   bool stamp_last = false;
 #endif
-  bool sum_at_end = false;   // (TAIL_SUM) this CTA is the last arriver of its stripe's last column
   // Thread 0 stores each point as it passes it: nothing is held in registers.
   __device__ __forceinline__ void stamp(int i) {
 #if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
@@ -1891,7 +1879,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
        : MARLIN_PAR_COOP == 3 ? TILE_M >= 48
                               : false);
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
-  static constexpr bool TAIL_SUM = MARLIN_PAR_TAIL_SUM && PAR_REDUCE && !COOP && !DYN;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
   static_assert(!DYN ||
@@ -2070,7 +2057,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // slower summed at M = 1..128.
   template <typename Acc>
   __device__ __forceinline__ void finish_split_column(Acc& acc, int slab, int n_tile, int top,
-                                                      int bottom, bool at_end) {
+                                                      int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
@@ -2086,77 +2073,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                                 : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
     const bool sums = cta_sync_or(last);
     stamp_if_last(7);
-    if constexpr (TAIL_SUM) {
-      if (at_end) {          // the stripe's last column: summed after the main loop
-        sum_at_end = sums;
-        if (!sums) stamp_if_last(8);
-        return;
-      }
-    }
     if (sums) sum_column(acc, slab, n_tile, top, bottom);
-    stamp_if_last(8);
-  }
-
-  // MARLIN_PAR_TAIL_SUM 2: coop_sum's elements and order in rolled loops, one element per
-  // thread at a time with up to 8 partials' loads in flight: short code, for a path that one
-  // CTA of a column runs once per launch (its instructions are fetched cold).
-  template <int NF>
-  __device__ __forceinline__ void tail_sum_compact(int slab, int n_tile, int top, int bottom) {
-    constexpr int ELEMS = M_WARPS * N_WARPS * NF * 32, AHEAD = 8;
-    constexpr size_t SLOT = TILE_M * TILE_N / 4;
-    unsigned short* c = reinterpret_cast<unsigned short*>(C);
-#pragma unroll 1
-    for (int e = tid; e < ELEMS; e += THREADS) {
-      const float4* src = scratch + (e / (NF * 32)) * RED_WARP + e % (NF * 32);
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 1
-      for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
-        float4 v[AHEAD];
-#pragma unroll
-        for (int a = 0; a < AHEAD; a++)
-          if (c0 - a >= top) v[a] = __ldcg(src + partial_slot(c0 - a, top) * SLOT);
-#pragma unroll
-        for (int a = 0; a < AHEAD; a++)
-          if (c0 - a >= top) {
-            sum.x += v[a].x;
-            sum.y += v[a].y;
-            sum.z += v[a].z;
-            sum.w += v[a].w;
-          }
-      }
-      const int w = e / (NF * 32), f = e / 32 % NF, l = e % 32;
-      const float x[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        int row, col;
-        frag_elem(slab, n_tile, w, f, l, i, row, col);
-        if (row < prob_m)
-          store_c(c + static_cast<size_t>(row) * prob_n + col,
-                  __half_as_ushort(__float2half_rn(x[i])));
-      }
-    }
-  }
-
-  // MARLIN_PAR_TAIL_SUM: the last arriver's sum of the stripe's last column, after the main
-  // loop (every copy has landed and every warp is past its last mma, so the stages are idle):
-  // every compute thread sums a share of the tile's elements, several partials' loads in
-  // flight, bottom..top from +0 as sum_column does (so the same bits), then re-arms the lock.
-  template <int NF>
-  __device__ __forceinline__ void tail_sum() {
-    if (!sum_at_end) return;
-    const int col = (unit_end - 1) / k_tiles;
-    const int first = col * k_tiles;
-    const int top = first / iters;
-    const int bottom = (first + k_tiles - 1) / iters;
-    if constexpr (MARLIN_PAR_TAIL_SUM == 2) {
-      tail_sum_compact<NF>(col % parallel, col / parallel, top, bottom);
-    } else if constexpr (EPI_STAGE) {
-      cta_sync();   // the stages are the staged sum's strips
-      coop_sum_staged<NF>(col % parallel, col / parallel, top, bottom, 0, 1);
-    } else {
-      coop_sum<NF>(col % parallel, col / parallel, top, bottom, 0, 1);
-    }
-    if (tid == 0) locks[top] = 0;
     stamp_if_last(8);
   }
 
@@ -2202,7 +2119,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       return false;
     }
     if constexpr (PAR_REDUCE) {
-      finish_split_column(acc, slab, n_tile, top, bottom, last);
+      finish_split_column(acc, slab, n_tile, top, bottom);
       return false;
     }
     const int count = bottom - top + 1;
@@ -2433,7 +2350,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     if constexpr (!WS) cp_async_wait<0>();
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
-    if constexpr (TAIL_SUM) tail_sum<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
   // ---- the main loop of the wgmma instances. Step s of a warpgroup dequantizes into
@@ -2597,7 +2513,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (tail) staged_tail(acc);
     }
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
-    if constexpr (TAIL_SUM) tail_sum<WARP_TILES * SW>();
   }
 
   // WS: the `empty` barriers follow the STAGES `full` ones.
