@@ -120,7 +120,15 @@ def test_wgmma_probe_summary_sums_dispatch_best_and_better_of_both():
     assert s[8]["either_us"] == 20.0 and s[8]["layers_won"] == 0
 
 
-@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe"])
+def test_l2_read_probe_keeps_the_slowest_cta():
+    np = pytest.importorskip("numpy")
+    lp = _load("l2_read_probe")
+    t = np.array([[100, 400], [120, 900], [50, 60]], dtype=np.uint64)
+    assert lp.slowest_ns(t) == 780.0
+    assert lp.slowest_ns(t.reshape(-1)) == 780.0     # as the kernel writes it: flat pairs
+
+
+@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe"])
 def test_probe_kernels_compile_for_sm90a_without_spills(name):
     """The standalone probes' kernels (built from strings, so check_compile does not see them)
     compile through NVRTC for sm_90a with no local memory."""

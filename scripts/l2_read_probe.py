@@ -1,0 +1,138 @@
+"""How fast one CTA reads data from the L2 (needs a GPU). The last arriver of a split column
+sums every partial of the column through one SM (NOTES.md entry 64: 9 partials of 16 KB at
+M = 16 took 1.92 µs, 77 GB/s): is that what one SM can read, or is the sum slow for another
+reason?
+
+    python3 scripts/l2_read_probe.py OUT.json [--reps 30]
+
+For each size, threads per CTA (128, 256) and loads in flight per thread (1, 2, 4, 8 or 16
+float4): a buffer that every SM has just written (so it sits in the L2, as the partials do) is
+read once by ``ctas`` CTAs, each its own part, with ``__ldcg`` as ``sum_column`` reads. Each
+CTA times its read by ``%globaltimer`` between two barriers; the row keeps the median over
+``--reps`` launches of the slowest CTA's time. ``ctas`` = 1: one SM alone (the last arriver at
+the end of a launch); ``ctas`` = the SM count: every SM at once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEPTHS = (1, 2, 4, 8, 16)
+THREADS = (128, 256)
+#: Bytes read per CTA: one 8 or 16 KB partial up to 9 of them (a column split 9 ways at M = 1
+#: and 16), and 256 KB.
+SIZES = (8 << 10, 16 << 10, 32 << 10, 72 << 10, 144 << 10, 256 << 10)
+
+KERNEL = r'''
+template <int DEPTH>
+__device__ __forceinline__ void l2_read(const float4* __restrict__ src, int n_vec,
+                                        const float4* __restrict__ zero, float* out,
+                                        unsigned long long* t) {
+  const float4* s = src + static_cast<size_t>(blockIdx.x) * n_vec;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  __syncthreads();
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  for (int b = threadIdx.x; b < n_vec; b += blockDim.x * DEPTH) {
+    float4 v[DEPTH];
+    // Unconditional loads (an index past the end reads a float4 of zeros instead), then a tree
+    // of adds: nothing between the batch's loads waits for one of them.
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++) {
+      const int i = b + d * static_cast<int>(blockDim.x);
+      v[d] = __ldcg(i < n_vec ? s + i : zero);
+    }
+#pragma unroll
+    for (int w = 1; w < DEPTH; w *= 2)
+#pragma unroll
+      for (int d = 0; d + w < DEPTH; d += 2 * w) {
+        v[d].x += v[d + w].x;
+        v[d].y += v[d + w].y;
+        v[d].z += v[d + w].z;
+        v[d].w += v[d + w].w;
+      }
+    acc.x += v[0].x;
+    acc.y += v[0].y;
+    acc.z += v[0].z;
+    acc.w += v[0].w;
+  }
+  __syncthreads();   // every thread's adds, so every load, are done
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
+  if (threadIdx.x == 0) {
+    t[2 * blockIdx.x] = t0;
+    t[2 * blockIdx.x + 1] = t1;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+}
+'''
+
+
+def entry(depth: int) -> str:
+    return f"l2_read_d{depth}"
+
+
+def source() -> str:
+    body = [KERNEL]
+    for d in DEPTHS:
+        body.append(f'extern "C" __global__ void {entry(d)}(const float4* src, int n_vec, '
+                    f"const float4* zero, float* out, unsigned long long* t) "
+                    f"{{ l2_read<{d}>(src, n_vec, zero, out, t); }}\n")
+    return "".join(body)
+
+
+def slowest_ns(t) -> float:
+    """``t``: uint64 [ctas, 2] start and end stamps; the slowest CTA's duration in ns."""
+    import numpy as np
+    t = np.asarray(t, dtype=np.int64).reshape(-1, 2)
+    return float((t[:, 1] - t[:, 0]).max())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--reps", type=int, default=30)
+    a = p.parse_args(argv)
+    import cupy as cp
+    import numpy as np
+    from marlin_cupy.records import environment
+    mod = cp.RawModule(code=source(), options=("-std=c++17",))
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    rows = []
+    for ctas in (1, sms):
+        for size in SIZES:
+            n_vec = size // 16
+            buf = cp.empty(ctas * n_vec * 4, dtype=cp.float32)
+            t = cp.zeros(2 * ctas, dtype=cp.uint64)
+            zero = cp.zeros(4, dtype=cp.float32)
+            for threads in THREADS:
+                out = cp.empty(ctas * threads, dtype=cp.float32)
+                for d in DEPTHS:
+                    ker = mod.get_function(entry(d))
+                    times = []
+                    for r in range(a.reps + 1):
+                        buf.fill(1.0)   # written by every SM: in the L2, as the partials are
+                        ker((ctas,), (threads,), (buf, np.int32(n_vec), zero, out, t))
+                        cp.cuda.Device().synchronize()
+                        if r:           # the first is a warm-up
+                            times.append(slowest_ns(cp.asnumpy(t)))
+                    ns = float(np.median(times))
+                    row = {"ctas": ctas, "bytes_per_cta": size, "threads": threads, "depth": d,
+                           "median_ns": ns, "gbps_per_cta": size / ns}
+                    rows.append(row)
+                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, {d} in "
+                          f"flight: {ns:.0f} ns, {row['gbps_per_cta']:.0f} GB/s per CTA",
+                          flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"kind": "l2_read_probe", "environment": environment(), "sms": sms,
+                   "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
