@@ -11,6 +11,10 @@ read once by ``ctas`` CTAs, each its own part, with ``__ldcg`` as ``sum_column``
 CTA times its read by ``%globaltimer`` between two barriers; the row keeps the median over
 ``--reps`` launches of the slowest CTA's time. ``ctas`` = 1: one SM alone (the last arriver at
 the end of a launch); ``ctas`` = the SM count: every SM at once.
+
+``depth`` is what the source asks for. ptxas (CUDA 13, sm_90a) issues the loads of depths 8
+and 16 in batches of 4 with adds between them, so those rows have about 4 loads in flight per
+thread, not 8 or 16 (read the SASS before comparing them with the kernel's sums).
 """
 from __future__ import annotations
 
