@@ -56,15 +56,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// 1 (NOTES.md entry 65): on tiles of up to 16 rows, the FP32 partial sums of split columns
-// skip the float4s whose rows are all past prob_m (never written to C): at M <= 4 a swapped
-// tile's partial has half its 32-byte sectors live, so its stores and the last arriver's
-// loads move half the bytes. 0: every float4 of the tile, kept for A/B runs. The rows of C
-// get the same bits either way.
-#ifndef MARLIN_LIVE_ROWS
-#define MARLIN_LIVE_ROWS 1
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -1532,27 +1523,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     reduce_frags<WARP_TILES * SW>(&acc[0][0]);
   }
 
-  // Does fragment f's float4 of this lane hold a row of C (MARLIN_LIVE_ROWS)? Swapped
-  // (acc[j][h], f = j * SW + h): rows 8h + 2(lane % 4) and the next of the slab; row-major
-  // (acc[mb][nb], f = 8 mb + nb): rows 16(mw * WM + mb) + lane / 4 and 8 below it. The first
-  // is the smaller. Only on tiles of up to 16 rows, the ones M <= 4 runs on (a 64-row sw8
-  // build at its register limit spills with it).
-  __device__ __forceinline__ bool frag_live(int slab, int f) const {
-    if constexpr (!MARLIN_LIVE_ROWS || TILE_M > 16) return true;
-    if constexpr (SWAP > 0) return slab * TILE_M + 8 * (f % SW) + 2 * (lane % 4) < prob_m;
-    else return slab * TILE_M + 16 * (mw * WM + f / 8) + lane / 4 < prob_m;
-  }
-
   // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
-  // access is a coalesced 16-byte one. The float4s of rows past prob_m are neither stored nor
-  // loaded (frag_live); their sums are never written to C.
+  // access is a coalesced 16-byte one.
   template <int NF>
-  __device__ __forceinline__ void add_scratch(FragC* acc, int slot, int slab) {
+  __device__ __forceinline__ void add_scratch(FragC* acc, int slot) {
     const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
                         (mw * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
     for (int f = 0; f < NF; f++) {
-      if (!frag_live(slab, f)) continue;
       const float4 v = __ldcg(src + f * 32);
       acc[f][0] += v.x;
       acc[f][1] += v.y;
@@ -1562,13 +1540,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   }
 
   template <int NF>
-  __device__ __forceinline__ void store_scratch(const FragC* acc, int slot, int slab) {
+  __device__ __forceinline__ void store_scratch(const FragC* acc, int slot) {
     float4* dst = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
                   (mw * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
     for (int f = 0; f < NF; f++)
-      if (frag_live(slab, f))
-        __stcg(dst + f * 32, make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]));
+      __stcg(dst + f * 32, make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]));
   }
 
   // ---- the swapped layout's epilogue. Element i of acc[j][h] is row 8h + 2(lane%4) + i%2 of
@@ -1624,7 +1601,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void add_partial_sw(FragC (&acc)[WARP_TILES][SW], int slab,
                                                  int n_tile, int slot) {
     if constexpr (FP32_REDUCE) {
-      add_scratch<WARP_TILES * SW>(&acc[0][0], slot, slab);
+      add_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     } else {
       for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
         acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(c)));
@@ -1641,7 +1618,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   __device__ __forceinline__ void store_partial_sw(const FragC (&acc)[WARP_TILES][SW], int slab,
                                                    int n_tile, int slot) {
-    if constexpr (FP32_REDUCE) store_scratch<WARP_TILES * SW>(&acc[0][0], slot, slab);
+    if constexpr (FP32_REDUCE) store_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     else store_result_sw(acc, slab, n_tile);
   }
 
@@ -1780,7 +1757,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void add_partial(FragC (&acc)[WM][8], int slab, int n_tile,
                                               int slot) {
     if constexpr (FP32_REDUCE) {
-      add_scratch<WM * 8>(&acc[0][0], slot, slab);
+      add_scratch<WM * 8>(&acc[0][0], slot);
     } else {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++)
@@ -1801,7 +1778,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void store_partial(const FragC (&acc)[WM][8], int slab,
                                                 int n_tile, int slot) {
     if constexpr (FP32_REDUCE) {
-      store_scratch<WM * 8>(&acc[0][0], slot, slab);
+      store_scratch<WM * 8>(&acc[0][0], slot);
     } else {
       store_result(acc, slab, n_tile);
     }
@@ -1861,8 +1838,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--)
-        add_scratch<NF>(frags, partial_slot(cta, top), slab);
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
@@ -2084,7 +2060,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                                                       int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
-    if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top), slab);
+    if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
       if (tid == 0) red_add_release_gpu(locks + top, 1);
