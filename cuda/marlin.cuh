@@ -56,15 +56,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// 1 (NOTES.md entry 65): on tiles of up to 16 rows, the loads of a split column's FP32
-// partials whose rows are all past prob_m read lane 0's float4 instead (same sector, one
-// request), so at M <= 4 a swapped partial costs 9 of its 16 sectors per warp load. Branch
-// free: the compiler keeps its batches of loads across partials (a branch per load broke
-// them, entry 65). The stores stay whole (no partial sectors). 0: every float4 read.
-#ifndef MARLIN_LIVE_ROWS
-#define MARLIN_LIVE_ROWS 1
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -1532,29 +1523,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     reduce_frags<WARP_TILES * SW>(&acc[0][0]);
   }
 
-  // Does fragment f's float4 of this lane hold a row of C (MARLIN_LIVE_ROWS)? Swapped
-  // (acc[j][h], f = j * SW + h): rows 8h + 2(lane % 4) and the next of the slab; row-major
-  // (acc[mb][nb], f = 8 mb + nb): rows 16(mw * WM + mb) + lane / 4 and 8 below it. The first
-  // is the smaller.
-  __device__ __forceinline__ bool frag_live(int slab, int f) const {
-    if constexpr (SWAP > 0) return slab * TILE_M + 8 * (f % SW) + 2 * (lane % 4) < prob_m;
-    else return slab * TILE_M + 16 * (mw * WM + f / 8) + lane / 4 < prob_m;
-  }
-
   // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
-  // access is a coalesced 16-byte one. MARLIN_LIVE_ROWS: a float4 of rows past prob_m is read
-  // from lane 0's address of the warp's first fragment (always live) instead; its sum is
-  // garbage and never reaches C.
+  // access is a coalesced 16-byte one.
   template <int NF>
-  __device__ __forceinline__ void add_scratch(FragC* acc, int slot, int slab) {
-    const float4* warp0 = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
-                          (mw * N_WARPS + nw) * RED_WARP;
-    const float4* src = warp0 + lane;
+  __device__ __forceinline__ void add_scratch(FragC* acc, int slot) {
+    const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                        (mw * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
     for (int f = 0; f < NF; f++) {
-      const float4* p = src + f * 32;
-      if constexpr (MARLIN_LIVE_ROWS && TILE_M <= 16) p = frag_live(slab, f) ? p : warp0;
-      const float4 v = __ldcg(p);
+      const float4 v = __ldcg(src + f * 32);
       acc[f][0] += v.x;
       acc[f][1] += v.y;
       acc[f][2] += v.z;
@@ -1624,7 +1601,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void add_partial_sw(FragC (&acc)[WARP_TILES][SW], int slab,
                                                  int n_tile, int slot) {
     if constexpr (FP32_REDUCE) {
-      add_scratch<WARP_TILES * SW>(&acc[0][0], slot, slab);
+      add_scratch<WARP_TILES * SW>(&acc[0][0], slot);
     } else {
       for_each_swapped(slab, n_tile, [&](int j, int h, int i, unsigned short* c) {
         acc[j][h][i] += __half2float(__ushort_as_half(__ldcg(c)));
@@ -1780,7 +1757,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void add_partial(FragC (&acc)[WM][8], int slab, int n_tile,
                                               int slot) {
     if constexpr (FP32_REDUCE) {
-      add_scratch<WM * 8>(&acc[0][0], slot, slab);
+      add_scratch<WM * 8>(&acc[0][0], slot);
     } else {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++)
@@ -1861,8 +1838,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--)
-        add_scratch<NF>(frags, partial_slot(cta, top), slab);
+      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
