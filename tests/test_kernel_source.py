@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +68,12 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_BULK=1", "t256_m1_n16_k16_s4_g8_fp32par_sw1_ws"),
      ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"),
      ("MARLIN_WG_DEFER=2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"),
-     ("MARLIN_DESC_ADD=4", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws")]
+     ("MARLIN_DESC_ADD=4", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"),
+     # the end's rules of entry 64: the old one (48 rows, acq_rel count-out), every tile
+     ("MARLIN_PAR_COOP=3", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
+     ("MARLIN_COOP_REARM_RELAXED=0", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
+     ("MARLIN_PAR_COOP=2", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
+     ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -198,3 +204,31 @@ def test_wgmma_group_scale_builds_do_not_spill(monkeypatch, name, has_zp):
     src = "#define MARLIN_WG_DEFER 1\n" + kernels.marlin_source(cfg, has_zp)
     _, reports = jit.compile_offline(src, "sm_90" + cfg.arch_suffix)
     assert reports and all(r.spill_store_bytes == 0 and r.spill_load_bytes == 0 for r in reports)
+
+
+@pytest.mark.parametrize("name,shares", [
+    ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", False),   # 16 rows: the last arriver sums
+    ("t256_m1_n16_k8_s4_g8_fp32par_sw1", False),
+    ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws", True),   # 32 rows: the shared sum
+    ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", True)])
+def test_shared_sum_from_32_rows_matches_wave_probe(monkeypatch, name, shares):
+    """MARLIN_PAR_COOP 1 (entry 64): the CTAs of a split column share its sum on tiles from 32
+    rows; their count-in is a `red.release` (the last arriver's is an `atom.acq_rel`), and
+    their count-out after the sum a relaxed atom. scripts/wave_probe.py's never_waits (which
+    configs may run beyond residency: none whose CTAs wait for each other) must agree."""
+    import importlib.util
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    cfg = KernelConfig.from_name(name)
+    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+    assert ("red.release.gpu.global.add" in ptx) == shares
+    assert ("atom.acq_rel.gpu.global.add" in ptx) == (not shares)
+    spec = importlib.util.spec_from_file_location(
+        "wave_probe", Path(__file__).resolve().parent.parent / "scripts" / "wave_probe.py")
+    wave_probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wave_probe)
+    assert wave_probe.never_waits(cfg) == (not shares)
+    # The old rule (48 rows) keeps the 32-row tile on the last arriver's sum.
+    if cfg.tile_m == 32:
+        monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_COOP=3")
+        old = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+        assert "red.release.gpu.global.add" not in old
