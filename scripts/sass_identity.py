@@ -1,12 +1,20 @@
 """Is a kernel edit a no-op for the machine code? Compares the SASS of kernel instances built from
 the working tree with those built from another commit (no GPU needed).
 
-    python3 scripts/sass_identity.py REV CONFIG[@ARCH] [CONFIG[@ARCH] ...]
+    python3 scripts/sass_identity.py REV [--loop] [--define NAME=VALUE[,...]]
+                                     CONFIG[@ARCH] [CONFIG[@ARCH] ...]
 
 ARCH defaults to sm_90 (sm_90a for wgmma configs). Each instance is built sym and zero-point with
 nvcc (``$NVCC``, default ``nvcc``) and disassembled with nvdisasm (``$NVDISASM``, default
 ``nvdisasm``); addresses are dropped before comparing. Line info is not generated, so moving
 code between lines does not count as a change. Exit status 1 if any instance differs.
+
+``--loop`` compares only the main loop's schedule: the instructions from the first to the last
+tensor-core instruction (HMMA or HGMMA), registers ignored, and prints how many of them differ.
+A change to the column's end is also a change to the loop when the loop's schedule moves
+(NOTES.md entry 65): check this before an A/B of the end. ``--define`` builds the working
+tree's side with those compile-time switches (``$MARLIN_CUPY_DEFINES``); with REV = HEAD it
+compares a switch against the shipped build of the same commit.
 """
 from __future__ import annotations
 
@@ -23,17 +31,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 _ADDR = re.compile(r"/\*[0-9a-f]+\*/")
 _INSN = re.compile(r"/\*[0-9a-f]{4}\*/")
+_REG = re.compile(r"\bU?R\d+\b")
 
 
-def source_at(tree: Path, name: str, zp: bool) -> str:
+def loop_region(insns: list) -> list:
+    """The instructions from the first to the last HMMA/HGMMA, registers replaced by ``R`` (the
+    schedule, not the allocation); empty if there is none."""
+    mma = [i for i, t in enumerate(insns) if "HMMA" in t or "HGMMA" in t]
+    if not mma:
+        return []
+    return [_REG.sub("R", t) for t in insns[mma[0]:mma[-1] + 1]]
+
+
+def differing(a: list, b: list) -> int:
+    """Lines of a unified diff between two instruction lists (removed plus added)."""
+    import difflib
+    return sum(1 for line in difflib.unified_diff(a, b, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def source_at(tree: Path, name: str, zp: bool, defines: str = "") -> str:
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"
             "from marlin_cupy import kernels; from marlin_cupy.config import KernelConfig;"
             "print(kernels.marlin_source(KernelConfig.from_name(sys.argv[2]), sys.argv[3] == '1'))")
+    env = {k: v for k, v in os.environ.items() if k != "MARLIN_CUPY_DEFINES"}
+    if defines:
+        env["MARLIN_CUPY_DEFINES"] = defines
     return subprocess.run([sys.executable, "-c", code, str(tree), name, "1" if zp else "0"],
-                          capture_output=True, text=True, check=True).stdout
+                          capture_output=True, text=True, check=True, env=env).stdout
 
 
-def sass_digest(source: str, arch: str, work: Path) -> str:
+def sass_lines(source: str, arch: str, work: Path) -> list:
     cu, cubin = work / "k.cu", work / "k.cubin"
     cu.write_text(source)
     subprocess.run([os.environ.get("NVCC", "nvcc"), "-cubin", "-std=c++17", "-gencode",
@@ -41,7 +69,10 @@ def sass_digest(source: str, arch: str, work: Path) -> str:
                    check=True, capture_output=True)
     out = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
-    insns = [_ADDR.sub("", line).strip() for line in out.splitlines() if _INSN.search(line)]
+    return [_ADDR.sub("", line).strip() for line in out.splitlines() if _INSN.search(line)]
+
+
+def digest(insns: list) -> str:
     return hashlib.sha256("\n".join(insns).encode()).hexdigest()[:16]
 
 
@@ -50,6 +81,10 @@ def main(argv) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rev", help="the commit to compare with")
     p.add_argument("specs", nargs="+", metavar="CONFIG[@ARCH]")
+    p.add_argument("--loop", action="store_true",
+                   help="compare only the main loop's schedule (first to last MMA)")
+    p.add_argument("--define", default="",
+                   help="compile-time switches for the working tree's build, NAME=VALUE,...")
     a = p.parse_args(argv)
     rev, specs = a.rev, a.specs
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,11 +98,17 @@ def main(argv) -> int:
             name, _, arch = spec.partition("@")
             arch = arch or ("sm_90a" if "_wg" in name else "sm_90")
             for zp in (False, True):
-                a = sass_digest(source_at(old, name, zp), arch, Path(tmp))
-                b = sass_digest(source_at(ROOT, name, zp), arch, Path(tmp))
-                differ += a != b
-                print(f"{'same' if a == b else 'DIFFERENT'}  {name}{'_zp' if zp else ''} {arch}")
-    print(f"{differ} instance(s) differ from {rev}")
+                x = sass_lines(source_at(old, name, zp), arch, Path(tmp))
+                y = sass_lines(source_at(ROOT, name, zp, a.define), arch, Path(tmp))
+                if a.loop:
+                    x, y = loop_region(x), loop_region(y)
+                same = digest(x) == digest(y)
+                differ += not same
+                what = (f" (loop: {len(x)} -> {len(y)} instructions, {differing(x, y)} lines "
+                        f"differ)" if a.loop else "")
+                print(f"{'same' if same else 'DIFFERENT'}  {name}{'_zp' if zp else ''} "
+                      f"{arch}{what}")
+    print(f"{differ} instance(s) differ from {rev}{' in the loop' if a.loop else ''}")
     return 1 if differ else 0
 
 

@@ -120,6 +120,20 @@ def test_wgmma_probe_summary_sums_dispatch_best_and_better_of_both():
     assert s[8]["either_us"] == 20.0 and s[8]["layers_won"] == 0
 
 
+def test_sass_identity_loop_region_is_the_schedule_between_the_mmas():
+    si = _load("sass_identity")
+    insns = ["MOV R1, c[0x0][0x28]", "HMMA.16816.F32 R4, R8, R12, R4", "LOP3.LUT R2, R3, 0xf, RZ",
+             "HADD2 R5, R5, -1032", "HGMMA.64x16x16.F32 R24, gdesc[UR4], R24", "BRA 0x10", "EXIT"]
+    assert si.loop_region(insns) == ["HMMA.16816.F32 R, R, R, R", "LOP3.LUT R, R, 0xf, RZ",
+                                     "HADD2 R, R, -1032", "HGMMA.64x16x16.F32 R, gdesc[R], R"]
+    assert si.loop_region(["MOV R1, R2", "EXIT"]) == []
+    # Another register allocation is the same schedule; a swapped pair is two moved lines.
+    other = [t.replace("R4", "R40") for t in insns]
+    assert si.differing(si.loop_region(insns), si.loop_region(other)) == 0
+    swapped = insns[:2] + [insns[3], insns[2]] + insns[4:]
+    assert si.differing(si.loop_region(insns), si.loop_region(swapped)) == 2
+
+
 def test_l2_read_probe_keeps_the_slowest_cta():
     np = pytest.importorskip("numpy")
     lp = _load("l2_read_probe")
