@@ -104,8 +104,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import cupy as cp
     import numpy as np
+    from marlin_cupy import jit
     from marlin_cupy.records import environment
-    mod = cp.RawModule(code=source(), options=("-std=c++17",))
+    mod = jit.load_module(source())
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     rows = []
     for ctas in (1, sms):

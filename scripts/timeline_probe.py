@@ -72,22 +72,29 @@ STRIDE = 16
 POINTS = 9
 
 
-def summarize(stamps: np.ndarray, event_us: float) -> dict:
+def decode(stamps: np.ndarray) -> tuple:
     """``stamps``: int32 [grid, STRIDE] as the probe build writes them (points 0..8, the SM id
-    at 15; a point never reached is 0)."""
+    at 15; a point never reached is 0). Returns ``rel`` (every CTA's points in ns after the
+    first CTA's entry), ``busy`` (the CTAs that had work) and ``split`` (per busy CTA: its last
+    column is split, points 7 and 8 written)."""
     raw = stamps[:, :POINTS].astype(np.int64) & 0xFFFFFFFF
     busy = raw[:, 3] != 0
-    base = raw[:, 0].min()
-    rel = (raw - base) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
+    rel = (raw - raw[:, 0].min()) % (1 << 32)          # globaltimer_lo wraps every 4.3 s
+    split = (raw[busy][:, 7] != 0) & (raw[busy][:, 8] != 0)
+    return rel, busy, split
+
+
+def summarize(stamps: np.ndarray, event_us: float) -> dict:
+    """The launch's parts from its ``stamps`` (see ``decode``)."""
+    rel, busy, split = decode(stamps)
     b = rel[busy]
-    out = {"ctas": int(len(raw)), "busy_ctas": int(busy.sum()),
+    out = {"ctas": int(len(rel)), "busy_ctas": int(busy.sum()),
            "start_skew": float(rel[:, 0].max()), "span": float(b[:, 6].max()),
            "event_us": event_us}
     for i, name in enumerate(PARTS):
         d = b[:, i + 1] - b[:, i]
         out[name], out[name + "_max"] = float(np.median(d)), float(d.max())
     out["imbalance"] = out["span"] - sum(out[name] for name in PARTS)
-    split = (raw[busy][:, 7] != 0) & (raw[busy][:, 8] != 0)
     out["split_ctas"] = int(split.sum())
     sp = b[split]
     for name, (lo, hi) in zip(CROSS_PARTS, ((5, 7), (7, 8), (8, 6))):
@@ -103,16 +110,14 @@ def critical(stamps: np.ndarray) -> dict:
     split, else those are 0), ``crit_start`` (its entry after the first CTA's),
     ``crit_stream_lag`` (how much later than the median CTA its stream ended: what the
     imbalance put on the path) and ``crit_split`` (1 when its last column is split)."""
-    raw = stamps[:, :POINTS].astype(np.int64) & 0xFFFFFFFF
-    busy = raw[:, 3] != 0
-    rel = (raw - raw[:, 0].min()) % (1 << 32)
+    rel, busy, split = decode(stamps)
     b = rel[busy]
-    c = b[int(np.argmax(b[:, 6]))]
+    last = int(np.argmax(b[:, 6]))
+    c = b[last]
     out = {"crit_start": float(c[0])}
     for i, name in enumerate(PARTS):
         out["crit_" + name] = float(c[i + 1] - c[i])
-    split = raw[busy][int(np.argmax(b[:, 6]))]
-    is_split = split[7] != 0 and split[8] != 0
+    is_split = bool(split[last])
     for name, (lo, hi) in zip(CROSS_PARTS, ((5, 7), (7, 8), (8, 6))):
         out["crit_" + name] = float(c[hi] - c[lo]) if is_split else 0.0
     out["crit_split"] = float(is_split)
@@ -122,10 +127,8 @@ def critical(stamps: np.ndarray) -> dict:
 
 def relative(stamps: np.ndarray) -> tuple:
     """Per busy CTA: its points 0..6 in ns after the launch's first CTA entry, and its SM."""
-    g = stamps[:, :7].astype(np.int64) & 0xFFFFFFFF
-    busy = g[:, 3] != 0
-    rel = (g - g[:, 0].min()) % (1 << 32)
-    return rel[busy], stamps[busy, STRIDE - 1].astype(np.int64)
+    rel, busy, _ = decode(stamps)
+    return rel[busy][:, :7], stamps[busy, STRIDE - 1].astype(np.int64)
 
 
 def slow_sm_consistency(launches) -> float:

@@ -374,7 +374,8 @@ def test_ab_sets_sums_dispatched_rows_of_complete_sets(tmp_path):
 
 def test_wave_probe_oversubscribes_only_configs_that_never_wait():
     """A grid beyond residency deadlocks a config whose CTAs wait on each other (the serial
-    chain, the shared sum of tiles from 32 rows): wave_probe.py must leave those alone."""
+    chain, the shared sum of tiles from 32 rows): wave_probe.py must leave those alone. The
+    kernel draws the same line (tests/test_kernel_source.py, test_shared_sum_from_32_rows)."""
     pytest.importorskip("cupy")
     from marlin_cupy.config import KernelConfig
     never_waits = _load("wave_probe").never_waits
