@@ -56,6 +56,21 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
+// How a split column's CTAs count in on the last arriver's path (tiles below the shared sum's
+// rows, NOTES.md entry 66). 0: one acq_rel atomic after the partial's stores, whose release
+// (MEMBAR.ALL.GPU) first waits for those stores, then the atomic's own round trip: two round
+// trips before a CTA learns whether it sums. 1: the counter holds two counts, arrivals in its
+// low 16 bits and publications in its high 16; a CTA counts its arrival with an acquire
+// atomic that does not wait for its stores (one round trip), and only a CTA that is not the
+// last then publishes with a release add of 1 << 16 (no value comes back). The last arriver's
+// atomic returns both counts at once; when every other CTA has published (the usual case: it
+// is last because its stream ended last) its acquire covers their partials and it sums at
+// once, otherwise it reads the counter (acquire) until they have. Same sums, same order, same
+// bits.
+#ifndef MARLIN_PAR_TICKET
+#define MARLIN_PAR_TICKET 0
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -592,6 +607,14 @@ __device__ __forceinline__ void st_release_gpu(int* p, int v) {
 __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// Returns the old value; acquire at GPU scope, no release: nothing before it is waited for.
+__device__ __forceinline__ int atom_add_acquire_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;\n"
                : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
@@ -2068,6 +2091,27 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
+    if constexpr (MARLIN_PAR_TICKET) {
+      // Arrivals count 1, publications 1 << 16 (at most bottom - top < 65536 of each: one per
+      // CTA of the column). The barrier above orders every warp's partial stores before
+      // thread 0's release below, which makes them visible to the acquire that sees it.
+      constexpr int PUB = 1 << 16;
+      const int others = bottom - top;
+      if (tid == 0) {
+        int v = atom_add_acquire_gpu(locks + top, 1);
+        last = (v & (PUB - 1)) == others;
+        // Every other CTA has arrived, so each publishes without waiting on anything.
+        if (last)
+          while ((v >> 16) < others) v = ld_acquire_gpu(locks + top);
+      }
+      const bool sums = cta_sync_or(last);
+      // After the barrier: warp 0 alone waits for the release's MEMBAR, the CTA goes on.
+      if (tid == 0 && !sums) red_add_release_gpu(locks + top, PUB);
+      stamp_if_last(7);
+      if (sums) sum_column(acc, slab, n_tile, top, bottom);
+      stamp_if_last(8);
+      return;
+    }
     if (tid == 0)
       last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
                                 : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
