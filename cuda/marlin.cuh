@@ -71,6 +71,17 @@
 #define MARLIN_PAR_TICKET 0
 #endif
 
+// (NOTES.md entry 67) N > 0: at kernel entry, before the setup (offsets, barriers, roles), the
+// CTA asks the L2 for the weights, group scales and zero points of its first N units (at most
+// its stripe), one bulk prefetch (cp.async.bulk.prefetch.L2, sm_90) per contiguous row: K_BLOCKS
+// rows of B and one row per group per unit. The prologue's copies then meet them in, or on
+// their way into, the L2 instead of starting their DRAM round trip after the setup. A is not
+// prefetched (the PDL builds may not read it before griddepcontrol.wait; it is small and
+// usually in the L2). sm_80 builds ignore it.
+#ifndef MARLIN_ENTRY_PREFETCH
+#define MARLIN_ENTRY_PREFETCH 0
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -303,6 +314,14 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
 }
 
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
+// `bytes` (a multiple of 16, from a 16-byte aligned address) into the L2, asynchronously; no
+// completion to wait for (PTX ISA 8.0, cp.async.bulk.prefetch). Nothing before sm_90.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* glob, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(glob), "r"(bytes) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* glob) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(glob));
 }
@@ -1110,6 +1129,28 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     if constexpr (!PER_CHANNEL) s_gl_off = (tid / S_ROW) * (prob_n / 8) + tid % S_ROW;
     if constexpr (HAS_ZP) z_gl_off = (tid / Z_ROW) * (prob_n / 32) + tid % Z_ROW;
+  }
+
+  // MARLIN_ENTRY_PREFETCH: the first `n` units' weight rows into the L2, spread over the
+  // CTA's threads (all of them, before the roles split), one row per thread and pass.
+  __device__ __forceinline__ void prefetch_first_units(int n) const {
+    constexpr int ROWS = K_BLOCKS + S_COPIES + Z_COPIES;   // contiguous rows per unit
+    n = min(n, unit_end - unit_start);
+    for (int t = threadIdx.x; t < n * ROWS; t += blockDim.x) {
+      const int u = t / ROWS, r = t % ROWS;
+      Cursor c = cursor_at(unit_start + u);
+      if (r < K_BLOCKS) {
+        prefetch_l2_bulk(c.b + r * (prob_n / 2), 16 * B_ROW);
+      } else {
+        const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
+        const int g = r - K_BLOCKS;
+        if (g < S_COPIES)
+          prefetch_l2_bulk(S + (group0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW);
+        else
+          prefetch_l2_bulk(Z + (group0 + g - S_COPIES) * (prob_n / 32) + c.n_tile * Z_ROW,
+                           16 * Z_ROW);
+      }
+    }
   }
 
   // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
@@ -2641,6 +2682,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     k.stamp_smid();
     return;
   }
+  if constexpr (MARLIN_ENTRY_PREFETCH > 0 && !K::DYN) k.prefetch_first_units(MARLIN_ENTRY_PREFETCH);
 
   k.sh_a = smem;
   k.sh_b = k.sh_a + STAGES * K::A_STAGE;
