@@ -81,6 +81,11 @@
 #ifndef MARLIN_ENTRY_PREFETCH
 #define MARLIN_ENTRY_PREFETCH 0
 #endif
+// How: 1, one bulk prefetch per row (the TMA path); 2, one prefetch.global.L2 per 128-byte
+// line of those rows, from every thread (the load/store path, no uniform registers).
+#ifndef MARLIN_ENTRY_PREFETCH_FORM
+#define MARLIN_ENTRY_PREFETCH_FORM 1
+#endif
 
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
@@ -1136,6 +1141,27 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void prefetch_first_units(int n) const {
     constexpr int ROWS = K_BLOCKS + S_COPIES + Z_COPIES;   // contiguous rows per unit
     n = min(n, unit_end - unit_start);
+    if constexpr (MARLIN_ENTRY_PREFETCH_FORM == 2) {
+      // Lines of 128 bytes: B rows hold N_BLOCKS of them, scale rows N_BLOCKS / 4 (at least
+      // one), zero-point rows one.
+      constexpr int BL = N_BLOCKS, SL = N_BLOCKS / 4 > 0 ? N_BLOCKS / 4 : 1, ZL = 1;
+      constexpr int LINES = K_BLOCKS * BL + S_COPIES * SL + Z_COPIES * ZL;
+      for (int t = threadIdx.x; t < n * LINES; t += blockDim.x) {
+        const int u = t / LINES;
+        int l = t % LINES;
+        Cursor c = cursor_at(unit_start + u);
+        const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
+        if (l < K_BLOCKS * BL) {
+          prefetch_l2(c.b + (l / BL) * (prob_n / 2) + (l % BL) * 8);
+        } else if ((l -= K_BLOCKS * BL) < S_COPIES * SL) {
+          prefetch_l2(S + (group0 + l / SL) * (prob_n / 8) + c.n_tile * S_ROW + (l % SL) * 8);
+        } else {
+          l -= S_COPIES * SL;
+          prefetch_l2(Z + (group0 + l) * (prob_n / 32) + c.n_tile * Z_ROW);
+        }
+      }
+      return;
+    }
     for (int t = threadIdx.x; t < n * ROWS; t += blockDim.x) {
       const int u = t / ROWS, r = t % ROWS;
       Cursor c = cursor_at(unit_start + u);
