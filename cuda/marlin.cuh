@@ -66,7 +66,12 @@
 // atomic returns both counts at once; when every other CTA has published (the usual case: it
 // is last because its stream ended last) its acquire covers their partials and it sums at
 // once, otherwise it reads the counter (acquire) until they have. Same sums, same order, same
-// bits.
+// bits. 2: one word holds the arrivals (bits 0-7) and a mask of the CTAs that published (bit
+// 8 + the CTA's place in the column, columns of up to 24 CTAs; larger ones count in as with 0).
+// Every CTA takes its ticket (acquire atomic, nothing waited for) and at once publishes its bit
+// (release or, whose MEMBAR waits for its partial's stores while the ticket is on its way), so
+// no publication waits for a ticket; the last arriver sums as soon as the other bits are set,
+// which its ticket usually shows already.
 #ifndef MARLIN_PAR_TICKET
 #define MARLIN_PAR_TICKET 0
 #endif
@@ -641,6 +646,17 @@ __device__ __forceinline__ int atom_add_acquire_gpu(int* p, int v) {
   asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;\n"
                : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
+}
+
+__device__ __forceinline__ unsigned atom_add_acquire_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acquire.gpu.global.add.u32 %0, [%1], %2;\n"
+               : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+__device__ __forceinline__ void red_or_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 // No value comes back, so the issuing thread does not wait for the memory system.
@@ -2158,7 +2174,28 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
-    if constexpr (MARLIN_PAR_TICKET) {
+    if constexpr (MARLIN_PAR_TICKET == 2) {
+      const int others = bottom - top;
+      if (others < 24) {
+        const unsigned me = 1u << (8 + static_cast<int>(blockIdx.x) - top);
+        const unsigned all = ((1u << (others + 1)) - 1u) << 8;
+        unsigned* word = reinterpret_cast<unsigned*>(locks + top);
+        if (tid == 0) {
+          unsigned v = atom_add_acquire_gpu(word, 1u);
+          red_or_release_gpu(word, me);
+          last = (v & 0xffu) == static_cast<unsigned>(others);
+          // Every other CTA has its ticket, so its bit is on its way.
+          if (last)
+            while (((v | me) & all) != all) v = static_cast<unsigned>(ld_acquire_gpu(locks + top));
+        }
+        const bool sums = cta_sync_or(last);
+        stamp_if_last(7);
+        if (sums) sum_column(acc, slab, n_tile, top, bottom);
+        stamp_if_last(8);
+        return;
+      }
+    }
+    if constexpr (MARLIN_PAR_TICKET == 1) {
       // Arrivals count 1, publications 1 << 16 (at most bottom - top < 65536 of each: one per
       // CTA of the column). The barrier above orders every warp's partial stores before
       // thread 0's release below, which makes them visible to the acquire that sees it.
