@@ -56,42 +56,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// How a split column's CTAs count in on the last arriver's path (tiles below the shared sum's
-// rows, NOTES.md entry 66). 0: one acq_rel atomic after the partial's stores, whose release
-// (MEMBAR.ALL.GPU) first waits for those stores, then the atomic's own round trip: two round
-// trips before a CTA learns whether it sums. 1: the counter holds two counts, arrivals in its
-// low 16 bits and publications in its high 16; a CTA counts its arrival with an acquire
-// atomic that does not wait for its stores (one round trip), and only a CTA that is not the
-// last then publishes with a release add of 1 << 16 (no value comes back). The last arriver's
-// atomic returns both counts at once; when every other CTA has published (the usual case: it
-// is last because its stream ended last) its acquire covers their partials and it sums at
-// once, otherwise it reads the counter (acquire) until they have. Same sums, same order, same
-// bits. 2: one word holds the arrivals (bits 0-7) and a mask of the CTAs that published (bit
-// 8 + the CTA's place in the column, columns of up to 24 CTAs; larger ones count in as with 0).
-// Every CTA takes its ticket (acquire atomic, nothing waited for) and at once publishes its bit
-// (release or, whose MEMBAR waits for its partial's stores while the ticket is on its way), so
-// no publication waits for a ticket; the last arriver sums as soon as the other bits are set,
-// which its ticket usually shows already.
-#ifndef MARLIN_PAR_TICKET
-#define MARLIN_PAR_TICKET 0
-#endif
-
-// (NOTES.md entry 67) N > 0: at kernel entry, before the setup (offsets, barriers, roles), the
-// CTA asks the L2 for the weights, group scales and zero points of its first N units (at most
-// its stripe), one bulk prefetch (cp.async.bulk.prefetch.L2, sm_90) per contiguous row: K_BLOCKS
-// rows of B and one row per group per unit. The prologue's copies then meet them in, or on
-// their way into, the L2 instead of starting their DRAM round trip after the setup. A is not
-// prefetched (the PDL builds may not read it before griddepcontrol.wait; it is small and
-// usually in the L2). sm_80 builds ignore it.
-#ifndef MARLIN_ENTRY_PREFETCH
-#define MARLIN_ENTRY_PREFETCH 0
-#endif
-// How: 1, one bulk prefetch per row (the TMA path); 2, one prefetch.global.L2 per 128-byte
-// line of those rows, from every thread (the load/store path, no uniform registers).
-#ifndef MARLIN_ENTRY_PREFETCH_FORM
-#define MARLIN_ENTRY_PREFETCH_FORM 1
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -324,14 +288,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
 }
 
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
-// `bytes` (a multiple of 16, from a 16-byte aligned address) into the L2, asynchronously; no
-// completion to wait for (PTX ISA 8.0, cp.async.bulk.prefetch). Nothing before sm_90.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* glob, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(glob), "r"(bytes) : "memory");
-#endif
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* glob) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(glob));
 }
@@ -638,25 +594,6 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
                : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
-}
-
-// Returns the old value; acquire at GPU scope, no release: nothing before it is waited for.
-__device__ __forceinline__ int atom_add_acquire_gpu(int* p, int v) {
-  int old;
-  asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;\n"
-               : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
-__device__ __forceinline__ unsigned atom_add_acquire_gpu(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acquire.gpu.global.add.u32 %0, [%1], %2;\n"
-               : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
-__device__ __forceinline__ void red_or_release_gpu(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 // No value comes back, so the issuing thread does not wait for the memory system.
@@ -1150,49 +1087,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     if constexpr (!PER_CHANNEL) s_gl_off = (tid / S_ROW) * (prob_n / 8) + tid % S_ROW;
     if constexpr (HAS_ZP) z_gl_off = (tid / Z_ROW) * (prob_n / 32) + tid % Z_ROW;
-  }
-
-  // MARLIN_ENTRY_PREFETCH: the first `n` units' weight rows into the L2, spread over the
-  // CTA's threads (all of them, before the roles split), one row per thread and pass.
-  __device__ __forceinline__ void prefetch_first_units(int n) const {
-    constexpr int ROWS = K_BLOCKS + S_COPIES + Z_COPIES;   // contiguous rows per unit
-    n = min(n, unit_end - unit_start);
-    if constexpr (MARLIN_ENTRY_PREFETCH_FORM == 2) {
-      // Lines of 128 bytes: B rows hold N_BLOCKS of them, scale rows N_BLOCKS / 4 (at least
-      // one), zero-point rows one.
-      constexpr int BL = N_BLOCKS, SL = N_BLOCKS / 4 > 0 ? N_BLOCKS / 4 : 1, ZL = 1;
-      constexpr int LINES = K_BLOCKS * BL + S_COPIES * SL + Z_COPIES * ZL;
-      for (int t = threadIdx.x; t < n * LINES; t += blockDim.x) {
-        const int u = t / LINES;
-        int l = t % LINES;
-        Cursor c = cursor_at(unit_start + u);
-        const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
-        if (l < K_BLOCKS * BL) {
-          prefetch_l2(c.b + (l / BL) * (prob_n / 2) + (l % BL) * 8);
-        } else if ((l -= K_BLOCKS * BL) < S_COPIES * SL) {
-          prefetch_l2(S + (group0 + l / SL) * (prob_n / 8) + c.n_tile * S_ROW + (l % SL) * 8);
-        } else {
-          l -= S_COPIES * SL;
-          prefetch_l2(Z + (group0 + l) * (prob_n / 32) + c.n_tile * Z_ROW);
-        }
-      }
-      return;
-    }
-    for (int t = threadIdx.x; t < n * ROWS; t += blockDim.x) {
-      const int u = t / ROWS, r = t % ROWS;
-      Cursor c = cursor_at(unit_start + u);
-      if (r < K_BLOCKS) {
-        prefetch_l2_bulk(c.b + r * (prob_n / 2), 16 * B_ROW);
-      } else {
-        const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
-        const int g = r - K_BLOCKS;
-        if (g < S_COPIES)
-          prefetch_l2_bulk(S + (group0 + g) * (prob_n / 8) + c.n_tile * S_ROW, 16 * S_ROW);
-        else
-          prefetch_l2_bulk(Z + (group0 + g - S_COPIES) * (prob_n / 32) + c.n_tile * Z_ROW,
-                           16 * Z_ROW);
-      }
-    }
   }
 
   // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
@@ -2174,48 +2068,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.
     int last = 0;
-    if constexpr (MARLIN_PAR_TICKET == 2) {
-      const int others = bottom - top;
-      if (others < 24) {
-        const unsigned me = 1u << (8 + static_cast<int>(blockIdx.x) - top);
-        const unsigned all = ((1u << (others + 1)) - 1u) << 8;
-        unsigned* word = reinterpret_cast<unsigned*>(locks + top);
-        if (tid == 0) {
-          unsigned v = atom_add_acquire_gpu(word, 1u);
-          red_or_release_gpu(word, me);
-          last = (v & 0xffu) == static_cast<unsigned>(others);
-          // Every other CTA has its ticket, so its bit is on its way.
-          if (last)
-            while (((v | me) & all) != all) v = static_cast<unsigned>(ld_acquire_gpu(locks + top));
-        }
-        const bool sums = cta_sync_or(last);
-        stamp_if_last(7);
-        if (sums) sum_column(acc, slab, n_tile, top, bottom);
-        stamp_if_last(8);
-        return;
-      }
-    }
-    if constexpr (MARLIN_PAR_TICKET == 1) {
-      // Arrivals count 1, publications 1 << 16 (at most bottom - top < 65536 of each: one per
-      // CTA of the column). The barrier above orders every warp's partial stores before
-      // thread 0's release below, which makes them visible to the acquire that sees it.
-      constexpr int PUB = 1 << 16;
-      const int others = bottom - top;
-      if (tid == 0) {
-        int v = atom_add_acquire_gpu(locks + top, 1);
-        last = (v & (PUB - 1)) == others;
-        // Every other CTA has arrived, so each publishes without waiting on anything.
-        if (last)
-          while ((v >> 16) < others) v = ld_acquire_gpu(locks + top);
-      }
-      const bool sums = cta_sync_or(last);
-      // After the barrier: warp 0 alone waits for the release's MEMBAR, the CTA goes on.
-      if (tid == 0 && !sums) red_add_release_gpu(locks + top, PUB);
-      stamp_if_last(7);
-      if (sums) sum_column(acc, slab, n_tile, top, bottom);
-      stamp_if_last(8);
-      return;
-    }
     if (tid == 0)
       last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
                                 : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
@@ -2745,7 +2597,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     k.stamp_smid();
     return;
   }
-  if constexpr (MARLIN_ENTRY_PREFETCH > 0 && !K::DYN) k.prefetch_first_units(MARLIN_ENTRY_PREFETCH);
 
   k.sh_a = smem;
   k.sh_b = k.sh_a + STAGES * K::A_STAGE;

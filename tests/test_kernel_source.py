@@ -72,12 +72,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PAR_COOP=3", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
      ("MARLIN_COOP_REARM_RELAXED=0", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
      ("MARLIN_PAR_COOP=2", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
-     ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1"),
-     # the last arriver's count-in (entry 66): two counts in one word, or the acq_rel atomic
-     ("MARLIN_PAR_TICKET=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
-     ("MARLIN_PAR_TICKET=1", "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2"),
-     ("MARLIN_PAR_TICKET=0", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
-     ("MARLIN_PAR_TICKET=0", "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2")]
+     ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -230,21 +225,3 @@ def test_shared_sum_from_32_rows(monkeypatch, name, shares):
         monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_COOP=3")
         old = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
         assert "red.release.gpu.global.add" not in old
-
-
-@pytest.mark.parametrize("name", ["t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2",
-                                  "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2"])
-@pytest.mark.parametrize("ticket", [0, 1])
-def test_last_arriver_count_in(monkeypatch, name, ticket):
-    """MARLIN_PAR_TICKET (entry 66) on the last arriver's path: 1 counts arrivals with an
-    acquire atomic that waits for nothing before it, and publishes with a release add (only
-    CTAs that are not last); 0 counts in with one acq_rel atomic after the stores. Either way
-    every count-in has the GPU scope that orders the partials for the summing CTA."""
-    monkeypatch.setenv("MARLIN_CUPY_DEFINES", f"MARLIN_PAR_TICKET={ticket}")
-    cfg = KernelConfig.from_name(name)
-    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
-    assert ("atom.acquire.gpu.global.add" in ptx) == bool(ticket)
-    assert ("red.release.gpu.global.add" in ptx) == bool(ticket)
-    assert ("atom.acq_rel.gpu.global.add" in ptx) == (not ticket)
-    # the last arriver's read of the counter when a publication is still on its way
-    assert ("ld.global.acquire.gpu" in ptx) == bool(ticket)
