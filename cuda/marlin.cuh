@@ -56,6 +56,14 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
+// (Measurement only, wrong results: NOTES.md entry 68) 1: B is read as if each column tile's
+// k16 rows were stored one after another (tile-major: a unit's K_BLOCKS rows are one
+// contiguous range, a column's units follow each other), instead of rows of the whole N
+// width (row stride N / 2 int4). The packer does not write that layout: only the timing counts.
+#ifndef MARLIN_B_TILE_MAJOR
+#define MARLIN_B_TILE_MAJOR 0
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -996,7 +1004,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   __device__ __forceinline__ void locate(Cursor& c) const {
     c.a = A + static_cast<size_t>(c.slab) * TILE_M * (prob_k / 8) + c.kt * A_ROW;
-    c.b = B + static_cast<size_t>(c.kt) * K_BLOCKS * (prob_n / 2) + c.n_tile * B_ROW;
+    if constexpr (MARLIN_B_TILE_MAJOR)
+      c.b = B + (static_cast<size_t>(c.n_tile) * k_tiles + c.kt) * K_BLOCKS * B_ROW;
+    else
+      c.b = B + static_cast<size_t>(c.kt) * K_BLOCKS * (prob_n / 2) + c.n_tile * B_ROW;
+  }
+
+  // int4 from one k16 row of B to the next
+  __device__ __forceinline__ int b_stride() const {
+    return MARLIN_B_TILE_MAJOR ? B_ROW : prob_n / 2;
   }
 
   __device__ __forceinline__ Cursor cursor_at(int unit) const {
@@ -1014,7 +1030,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void advance(Cursor& c) const {
     c.unit++;
     c.a += A_ROW;
-    c.b += K_BLOCKS * (prob_n / 2);
+    c.b += K_BLOCKS * b_stride();
     if (++c.kt == k_tiles) {
       c.kt = 0;
       if (++c.slab == parallel) {
@@ -1059,9 +1075,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ int b_gl_at(int i) const {
     if constexpr (!B_AFFINE) return b_gl_off[i];
     else if constexpr (COPY_T % B_ROW == 0)
-      return b_gl_off[0] + i * (COPY_T / B_ROW) * (prob_n / 2);
+      return b_gl_off[0] + i * (COPY_T / B_ROW) * b_stride();
     else
-      return b_gl_off[0] + (i / (B_ROW / COPY_T)) * (prob_n / 2) + (i % (B_ROW / COPY_T)) * COPY_T;
+      return b_gl_off[0] + (i / (B_ROW / COPY_T)) * b_stride() + (i % (B_ROW / COPY_T)) * COPY_T;
   }
 
   __device__ __forceinline__ void init_fetch_offsets() {
@@ -1079,7 +1095,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       a_sh_off[i] = WGMMA ? (c / 8) * (TILE_M * 8) + r * 8 + ((c % 8) ^ (r & 7))
                           : r * A_ROW + (c ^ (r & 7));
     }
-    const int b_gl_stride = prob_n / 2;
+    const int b_gl_stride = b_stride();
 #pragma unroll
     for (int i = 0; i < B_TAB; i++) {
       const int idx = tid + i * COPY_T;
@@ -1136,7 +1152,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         mbar_arrive_expect_tx_warp(bar, BULK_BYTES);
 #pragma unroll
         for (int r = 0; r < K_BLOCKS; r++)
-          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2),
+          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * b_stride(),
                              16 * B_ROW, bar);
 #pragma unroll
         for (int g = 0; g < S_COPIES; g++)
