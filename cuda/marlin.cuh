@@ -64,6 +64,19 @@
 #define MARLIN_B_TILE_MAJOR 0
 #endif
 
+// (NOTES.md entry 68) 1: on the last arriver's path (parallel reduction, tiles below 32 rows),
+// a split column's bottom CTA, which reaches the column's end early in its stripe and goes on
+// streaming, neither counts in nor fences. Its GPU-scope release (MEMBAR.ALL.GPU) waited for
+// every cp.async the thread had in flight, and the CTA then for the atomic's round trip: those
+// CTAs streamed 1.0-1.2 us longer than the others and ended the launch. Instead it writes its
+// partial, each word bit-inverted (a NaN first made canonical, so no written word is 0), with
+// relaxed stores into the column's own slot in the locks workspace, which is zero between
+// calls; the CTA that sums the column (the last of the others to count in) reads each word
+// until it is not 0, adds it in its usual place (the same bits), and writes 0 back.
+#ifndef MARLIN_PAR_EARLY_BOTTOM
+#define MARLIN_PAR_EARLY_BOTTOM 0
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -602,6 +615,24 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
                : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
+}
+
+__device__ __forceinline__ void st_relaxed_gpu_v4(uint4* p, uint4 v) {
+  asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %2, %3, %4};\n"
+               ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+// An FP32 word for a slot that is 0 while empty: the bits inverted, a NaN first made the
+// canonical 0x7fffffff (so no word written is 0xffffffff inverted).
+__device__ __forceinline__ unsigned early_word(float x) {
+  return ~(x != x ? 0x7fffffffu : __float_as_uint(x));
 }
 
 // No value comes back, so the issuing thread does not wait for the memory system.
@@ -1541,6 +1572,44 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
   // access is a coalesced 16-byte one.
+  // ---- MARLIN_PAR_EARLY_BOTTOM: the early bottom's slot of column `col`, in the locks
+  // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
+  // scratch layout of store_scratch. ops._plan sizes the workspace for it.
+  static constexpr bool EARLY_BOTTOM =
+      MARLIN_PAR_EARLY_BOTTOM && PAR_REDUCE && !DYN && TILE_M < 32;
+  __device__ __forceinline__ uint4* early_slot(int col) const {
+    const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
+    return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
+           (mw * N_WARPS + nw) * RED_WARP + lane;
+  }
+  template <int NF>
+  __device__ __forceinline__ void store_early(const FragC* acc, int col) {
+    uint4* dst = early_slot(col);
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+      st_relaxed_gpu_v4(dst + f * 32, make_uint4(early_word(acc[f][0]), early_word(acc[f][1]),
+                                                 early_word(acc[f][2]), early_word(acc[f][3])));
+  }
+  // Every word until it is written (the bottom CTA waits on nothing before it writes them),
+  // added as add_scratch adds a partial, then 0 again for the next launch.
+  template <int NF>
+  __device__ __forceinline__ void add_early(FragC* acc, int col) {
+    uint4* src = early_slot(col);
+    uint4 w[NF];
+#pragma unroll
+    for (int f = 0; f < NF; f++) w[f] = ld_relaxed_gpu_v4(src + f * 32);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+      while (w[f].x == 0u || w[f].y == 0u || w[f].z == 0u || w[f].w == 0u)
+        w[f] = ld_relaxed_gpu_v4(src + f * 32);
+      acc[f][0] += __uint_as_float(~w[f].x);
+      acc[f][1] += __uint_as_float(~w[f].y);
+      acc[f][2] += __uint_as_float(~w[f].z);
+      acc[f][3] += __uint_as_float(~w[f].w);
+      st_relaxed_gpu_v4(src + f * 32, make_uint4(0u, 0u, 0u, 0u));
+    }
+  }
+
   template <int NF>
   __device__ __forceinline__ void add_scratch(FragC* acc, int slot) {
     const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
@@ -1852,9 +1921,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void sum_column(Acc& acc, int slab, int n_tile, int top, int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
+    const int col = n_tile * parallel + slab;
+    const bool early = EARLY_BOTTOM && !bottom_ends_column(col * k_tiles, bottom);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+      for (int cta = bottom; cta >= top; cta--) {
+        if (early && cta == bottom) add_early<NF>(frags, col);
+        else add_scratch<NF>(frags, partial_slot(cta, top));
+      }
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
@@ -2076,6 +2150,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                                                       int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
+    // The early bottom (MARLIN_PAR_EARLY_BOTTOM): its partial into the column's slot, and on.
+    bool early = false;
+    if constexpr (EARLY_BOTTOM && !COOP) {
+      const int col = n_tile * parallel + slab;
+      early = !bottom_ends_column(col * k_tiles, bottom);
+      if (early && static_cast<int>(blockIdx.x) == bottom) {
+        if (kw == 0) store_early<NF>(frags, col);
+        return;
+      }
+    }
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
@@ -2086,7 +2170,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int last = 0;
     if (tid == 0)
       last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
-                                : atom_add_acq_rel_gpu(locks + top, 1)) == bottom - top;
+                                : atom_add_acq_rel_gpu(locks + top, 1)) ==
+             bottom - top - (early ? 1 : 0);   // the early bottom does not count in
     const bool sums = cta_sync_or(last);
     stamp_if_last(7);
     if (sums) sum_column(acc, slab, n_tile, top, bottom);
