@@ -622,10 +622,17 @@ __device__ __forceinline__ void st_relaxed_gpu_v4(uint4* p, uint4 v) {
                ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// VOLATILE: a read that must happen again each time (a spin); otherwise the compiler may
+// schedule it with other loads.
+template <bool VOLATILE>
 __device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const uint4* p) {
   uint4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  if constexpr (VOLATILE)
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  else
+    asm("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 
@@ -1590,24 +1597,35 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       st_relaxed_gpu_v4(dst + f * 32, make_uint4(early_word(acc[f][0]), early_word(acc[f][1]),
                                                  early_word(acc[f][2]), early_word(acc[f][3])));
   }
-  // Every word until it is written (the bottom CTA waits on nothing before it writes them),
-  // added as add_scratch adds a partial, then 0 again for the next launch.
-  template <int NF>
-  __device__ __forceinline__ void add_early(FragC* acc, int col) {
-    uint4* src = early_slot(col);
-    uint4 w[NF];
-#pragma unroll
-    for (int f = 0; f < NF; f++) w[f] = ld_relaxed_gpu_v4(src + f * 32);
+  // Added as add_scratch adds a partial. SPIN: each word read until it is written (the bottom
+  // CTA waits on nothing before it writes them); otherwise read once, and the return value
+  // says whether every word was written (if not, the caller sums again with SPIN).
+  template <int NF, bool SPIN>
+  __device__ __forceinline__ bool add_early(FragC* acc, int col) {
+    const uint4* src = early_slot(col);
+    bool ready = true;
 #pragma unroll
     for (int f = 0; f < NF; f++) {
-      while (w[f].x == 0u || w[f].y == 0u || w[f].z == 0u || w[f].w == 0u)
-        w[f] = ld_relaxed_gpu_v4(src + f * 32);
-      acc[f][0] += __uint_as_float(~w[f].x);
-      acc[f][1] += __uint_as_float(~w[f].y);
-      acc[f][2] += __uint_as_float(~w[f].z);
-      acc[f][3] += __uint_as_float(~w[f].w);
-      st_relaxed_gpu_v4(src + f * 32, make_uint4(0u, 0u, 0u, 0u));
+      uint4 w = ld_relaxed_gpu_v4<SPIN>(src + f * 32);
+      if constexpr (SPIN) {
+        while (w.x == 0u || w.y == 0u || w.z == 0u || w.w == 0u)
+          w = ld_relaxed_gpu_v4<true>(src + f * 32);
+      } else {
+        ready = ready && w.x != 0u && w.y != 0u && w.z != 0u && w.w != 0u;
+      }
+      acc[f][0] += __uint_as_float(~w.x);
+      acc[f][1] += __uint_as_float(~w.y);
+      acc[f][2] += __uint_as_float(~w.z);
+      acc[f][3] += __uint_as_float(~w.w);
     }
+    return ready;
+  }
+  // After the sum: the slot is 0 again for the next launch.
+  template <int NF>
+  __device__ __forceinline__ void clear_early(int col) {
+    uint4* dst = early_slot(col);
+#pragma unroll
+    for (int f = 0; f < NF; f++) st_relaxed_gpu_v4(dst + f * 32, make_uint4(0u, 0u, 0u, 0u));
   }
 
   template <int NF>
@@ -1925,10 +1943,19 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const bool early = EARLY_BOTTOM && !bottom_ends_column(col * k_tiles, bottom);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      for (int cta = bottom; cta >= top; cta--) {
-        if (early && cta == bottom) add_early<NF>(frags, col);
-        else add_scratch<NF>(frags, partial_slot(cta, top));
+      // The early bottom's partial first (it is the first in the order), outside the loop,
+      // whose loads the compiler batches several partials deep. Its words are read once,
+      // with the others' loads in flight; in the rare case that one was not written yet, the
+      // whole sum is made again, waiting for them (the same bits).
+      const bool ready = !early || add_early<NF, false>(frags, col);
+      for (int cta = early ? bottom - 1 : bottom; cta >= top; cta--)
+        add_scratch<NF>(frags, partial_slot(cta, top));
+      if (!ready) {
+        zero_frags<NF>(frags);
+        add_early<NF, true>(frags, col);
+        for (int cta = bottom - 1; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       }
+      if (early) clear_early<NF>(col);
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }
