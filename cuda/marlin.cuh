@@ -56,14 +56,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// (Measurement only, wrong results: NOTES.md entry 68) 1: B is read as if each column tile's
-// k16 rows were stored one after another (tile-major: a unit's K_BLOCKS rows are one
-// contiguous range, a column's units follow each other), instead of rows of the whole N
-// width (row stride N / 2 int4). The packer does not write that layout: only the timing counts.
-#ifndef MARLIN_B_TILE_MAJOR
-#define MARLIN_B_TILE_MAJOR 0
-#endif
-
 // (NOTES.md entry 68) 1: on the last arriver's path (parallel reduction, tiles below 32 rows),
 // a split column's bottom CTA, which reaches the column's end early in its stripe and goes on
 // streaming, neither counts in nor fences. Its GPU-scope release (MEMBAR.ALL.GPU) waited for
@@ -1042,15 +1034,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   __device__ __forceinline__ void locate(Cursor& c) const {
     c.a = A + static_cast<size_t>(c.slab) * TILE_M * (prob_k / 8) + c.kt * A_ROW;
-    if constexpr (MARLIN_B_TILE_MAJOR)
-      c.b = B + (static_cast<size_t>(c.n_tile) * k_tiles + c.kt) * K_BLOCKS * B_ROW;
-    else
-      c.b = B + static_cast<size_t>(c.kt) * K_BLOCKS * (prob_n / 2) + c.n_tile * B_ROW;
-  }
-
-  // int4 from one k16 row of B to the next
-  __device__ __forceinline__ int b_stride() const {
-    return MARLIN_B_TILE_MAJOR ? B_ROW : prob_n / 2;
+    c.b = B + static_cast<size_t>(c.kt) * K_BLOCKS * (prob_n / 2) + c.n_tile * B_ROW;
   }
 
   __device__ __forceinline__ Cursor cursor_at(int unit) const {
@@ -1068,7 +1052,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ void advance(Cursor& c) const {
     c.unit++;
     c.a += A_ROW;
-    c.b += K_BLOCKS * b_stride();
+    c.b += K_BLOCKS * (prob_n / 2);
     if (++c.kt == k_tiles) {
       c.kt = 0;
       if (++c.slab == parallel) {
@@ -1113,9 +1097,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   __device__ __forceinline__ int b_gl_at(int i) const {
     if constexpr (!B_AFFINE) return b_gl_off[i];
     else if constexpr (COPY_T % B_ROW == 0)
-      return b_gl_off[0] + i * (COPY_T / B_ROW) * b_stride();
+      return b_gl_off[0] + i * (COPY_T / B_ROW) * (prob_n / 2);
     else
-      return b_gl_off[0] + (i / (B_ROW / COPY_T)) * b_stride() + (i % (B_ROW / COPY_T)) * COPY_T;
+      return b_gl_off[0] + (i / (B_ROW / COPY_T)) * (prob_n / 2) + (i % (B_ROW / COPY_T)) * COPY_T;
   }
 
   __device__ __forceinline__ void init_fetch_offsets() {
@@ -1133,7 +1117,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       a_sh_off[i] = WGMMA ? (c / 8) * (TILE_M * 8) + r * 8 + ((c % 8) ^ (r & 7))
                           : r * A_ROW + (c ^ (r & 7));
     }
-    const int b_gl_stride = b_stride();
+    const int b_gl_stride = prob_n / 2;
 #pragma unroll
     for (int i = 0; i < B_TAB; i++) {
       const int idx = tid + i * COPY_T;
@@ -1190,7 +1174,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         mbar_arrive_expect_tx_warp(bar, BULK_BYTES);
 #pragma unroll
         for (int r = 0; r < K_BLOCKS; r++)
-          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * b_stride(),
+          bulk_copy_warp<EF>(sh_b + stage * B_STAGE + r * B_ROW, c.b + r * (prob_n / 2),
                              16 * B_ROW, bar);
 #pragma unroll
         for (int g = 0; g < S_COPIES; g++)
@@ -1583,7 +1567,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
   static constexpr bool EARLY_BOTTOM =
-      MARLIN_PAR_EARLY_BOTTOM && PAR_REDUCE && !DYN && TILE_M < 32;
+      MARLIN_PAR_EARLY_BOTTOM && PAR_REDUCE && !DYN && !WS && TILE_M < 32;
   __device__ __forceinline__ uint4* early_slot(int col) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
     return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
@@ -1943,19 +1927,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const bool early = EARLY_BOTTOM && !bottom_ends_column(col * k_tiles, bottom);
     if (kw == 0) {
       zero_frags<NF>(frags);
-      // The early bottom's partial first (it is the first in the order), outside the loop,
-      // whose loads the compiler batches several partials deep. Its words are read once,
-      // with the others' loads in flight; in the rare case that one was not written yet, the
-      // whole sum is made again, waiting for them (the same bits).
-      const bool ready = !early || add_early<NF, false>(frags, col);
-      for (int cta = early ? bottom - 1 : bottom; cta >= top; cta--)
-        add_scratch<NF>(frags, partial_slot(cta, top));
-      if (!ready) {
-        zero_frags<NF>(frags);
-        add_early<NF, true>(frags, col);
+      if (early) {
+        // The early bottom's partial first (it is the first in the order), outside the loop,
+        // whose loads the compiler batches several partials deep. Its words are read once,
+        // with the others' loads in flight; in the rare case that one was not written yet,
+        // the whole sum is made again, waiting for them (the same bits).
+        const bool ready = add_early<NF, false>(frags, col);
         for (int cta = bottom - 1; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
+        if (!ready) {
+          zero_frags<NF>(frags);
+          add_early<NF, true>(frags, col);
+          for (int cta = bottom - 1; cta >= top; cta--)
+            add_scratch<NF>(frags, partial_slot(cta, top));
+        }
+        clear_early<NF>(col);
+      } else {
+        for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       }
-      if (early) clear_early<NF>(col);
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }

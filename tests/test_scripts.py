@@ -404,3 +404,36 @@ def test_launch_cost_fit_recovers_a_fixed_cost_and_a_rate():
     assert t_m - t_r == pytest.approx(f_part + r_part)
     with pytest.raises(ValueError):
         fit_mod.fit([(1e6, 3.0), (1e6, 4.0)])     # one size: no slope
+
+
+def test_stripe_stall_counts_mid_stripe_split_ends():
+    ss = _load("stripe_stall")
+    # 2 columns of 6 units, 4 CTAs of 3 units: columns end at units 5 and 11, each at a
+    # stripe's last unit, so no CTA has a mid-stripe end.
+    assert ss.mid_stripe_splits(12, 6, 4).tolist() == [0, 0, 0, 0]
+    # 3 columns of 4 units, 4 CTAs of 3 units: column 0 (units 0..3) ends at unit 3, inside
+    # CTA 1's stripe (3..5) and shared with CTA 0; column 1 likewise in CTA 2's; column 2 ends
+    # with CTA 3's stripe.
+    assert ss.mid_stripe_splits(12, 4, 4).tolist() == [0, 1, 1, 0]
+    # A column held whole inside a stripe is not split: 12 units of columns of 2, 2 CTAs.
+    assert ss.mid_stripe_splits(12, 2, 2).tolist() == [0, 0]
+
+
+def test_stripe_stall_row_groups_and_penalty():
+    np = pytest.importorskip("numpy")
+    ss = _load("stripe_stall")
+    # t256_m1_n8_k8_s8_g8_fp32par_sw1: tile_k 128, tile_n 128. K = 512 (4 k tiles), N = 384
+    # (3 columns), grid 4: iters 3, CTAs 1 and 2 have a mid-stripe split end (as above).
+    cfg = "t256_m1_n8_k8_s8_g8_fp32par_sw1"
+    pts = np.zeros((4, 7))
+    pts[:, 3] = 100.0
+    pts[:, 4] = 100.0 + np.array([3000.0, 4000.0, 4200.0, 3100.0])
+    row = {"k": 512, "n": 384, "m": 1, "config": cfg, "grid": 4,
+           "raw": [{"points_ns": pts.tolist(), "sm": [0, 1, 2, 3]}] * 2}
+    s = ss.row_stalls(row)
+    assert s["groups"][0]["ctas"] == 2 and s["groups"][1]["ctas"] == 2
+    assert s["groups"][1]["max_us"] == pytest.approx(4.2)
+    assert s["penalty_us"] == pytest.approx((4.0 + 4.2) / 2 - (3.0 + 3.1) / 2)
+    assert s["slowest_has_split"] == 1.0
+    with pytest.raises(ValueError, match="--raw"):
+        ss.row_stalls({k: v for k, v in row.items() if k != "raw"})
