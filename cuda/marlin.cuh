@@ -56,15 +56,19 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// (NOTES.md entry 68) 1: on the last arriver's path (parallel reduction, tiles below 32 rows),
-// a split column's bottom CTA, which reaches the column's end early in its stripe and goes on
-// streaming, neither counts in nor fences. Its GPU-scope release (MEMBAR.ALL.GPU) waited for
-// every cp.async the thread had in flight, and the CTA then for the atomic's round trip: those
-// CTAs streamed 1.0-1.2 us longer than the others and ended the launch. Instead it writes its
+// (NOTES.md entries 68-69; measured, not the default) 1: on the last arriver's path (parallel
+// reduction, tiles below 32 rows, no producer warpgroup), a split column's bottom CTA, which
+// reaches the column's end early in its stripe and goes on streaming, neither counts in nor
+// fences. Its GPU-scope release (MEMBAR.ALL.GPU) waits for every cp.async the thread has in
+// flight, and the CTA then for the atomic's round trip: those CTAs stream 1.0-1.5 us longer
+// than the others and end the launch (scripts/stripe_stall.py). Instead it writes its
 // partial, each word bit-inverted (a NaN first made canonical, so no written word is 0), with
 // relaxed stores into the column's own slot in the locks workspace, which is zero between
-// calls; the CTA that sums the column (the last of the others to count in) reads each word
-// until it is not 0, adds it in its usual place (the same bits), and writes 0 back.
+// calls; the CTA that sums the column (the last of the others to count in) reads those words
+// beside the others' partials, adds them first (the same bits), sums again waiting for them
+// in the rare case one was not written yet, and writes 0 back. It cuts those CTAs' extra
+// stream to 0.4-0.5 us, but its builds also reschedule the main loop (sass_identity --loop):
+// -0.7..+0.6 % summed at M = 1..16 in entry 69's A/B.
 #ifndef MARLIN_PAR_EARLY_BOTTOM
 #define MARLIN_PAR_EARLY_BOTTOM 0
 #endif

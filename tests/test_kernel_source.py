@@ -72,7 +72,10 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PAR_COOP=3", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
      ("MARLIN_COOP_REARM_RELAXED=0", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
      ("MARLIN_PAR_COOP=2", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
-     ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1")]
+     ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1"),
+     # the early bottom's partial through the locks workspace (entry 69)
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2"),
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -225,3 +228,23 @@ def test_shared_sum_from_32_rows(monkeypatch, name, shares):
         monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_COOP=3")
         old = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
         assert "red.release.gpu.global.add" not in old
+
+
+@pytest.mark.parametrize("name,applies", [
+    ("t256_m1_n16_k8_s3_g8_fp32par_sw1_b2", True),
+    ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2", True),
+    ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", False),   # producer: no copies to wait for
+    ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws", False),  # 32 rows: the shared sum
+    ("t256_m1_n16_k16_s4_g8_fp32_sw1", False)])             # the serial chain
+def test_early_bottom_where_it_applies(monkeypatch, name, applies):
+    """MARLIN_PAR_EARLY_BOTTOM 1 (entry 69) changes only the last arriver's path of the
+    parallel reduction without a producer: its relaxed 16-byte stores and loads of the locks
+    workspace appear there and nowhere else; the default build has none."""
+    cfg = KernelConfig.from_name(name)
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_EARLY_BOTTOM=1")
+    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+    assert ("st.relaxed.gpu.global.v4.u32" in ptx) == applies
+    assert ("ld.relaxed.gpu.global.v4.u32" in ptx) == applies
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES")
+    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+    assert "relaxed.gpu.global.v4" not in ptx
