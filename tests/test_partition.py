@@ -134,3 +134,133 @@ def test_coop_protocol_never_deadlocks_and_rearms_every_counter(k_tiles, columns
                 progress = True
     assert all(pc[b] == len(programs[b]) for b in programs)
     assert all(v == 0 for v in counters.values())
+
+
+# ---- MARLIN_PAR_EARLY_BOTTOM (benchmarks/NOTES.md entry 69): the bottom CTA of a split column
+# that ends inside its stripe writes its partial bit-inverted into the column's slot (zero
+# between calls) and neither counts in nor fences; the other CTAs count in, and the last of
+# them (old value bottom - top - 1) sums: the bottom's words first, read until they are not 0,
+# then the other partials bottom - 1 .. top, and writes the slot back to 0.
+
+def early_bottom(k_tiles: int, columns: int, grid: int, col: int) -> bool:
+    """The kernel's test (``!bottom_ends_column(first, bottom)``) for split column ``col``."""
+    units = k_tiles * columns
+    iters = -(-units // grid)
+    first = col * k_tiles
+    bottom = (first + k_tiles - 1) // iters
+    return min((bottom + 1) * iters, units) != first + k_tiles
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 300), st.integers(1, 264))
+def test_early_bottom_is_the_split_column_ending_inside_a_stripe(k_tiles, columns, grid):
+    for b, ends in column_ends(k_tiles, columns, grid).items():
+        for col, top, bottom, last in ends:
+            if top == bottom:
+                continue
+            # Every CTA of the column takes the same decision, from the column alone; it holds
+            # exactly when the column's bottom meets it before its stripe's end.
+            if b == bottom:
+                assert early_bottom(k_tiles, columns, grid, col) == (not last)
+            else:
+                assert last   # the others meet it at their stripe's end
+
+
+def _f32(x):
+    import numpy as np
+    return np.float32(x)
+
+
+def _word(x) -> int:
+    """The kernel's early_word: the FP32 bits inverted, a NaN first made 0x7fffffff."""
+    import numpy as np
+    bits = 0x7FFFFFFF if np.isnan(x) else int(np.float32(x).view(np.uint32))
+    return ~bits & 0xFFFFFFFF
+
+
+def _unword(w: int):
+    import numpy as np
+    return np.uint32(~w & 0xFFFFFFFF).view(np.float32)
+
+
+def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
+    """Every split column's CTAs in a scrambled order: an early bottom writes its slot, the
+    others count in, the last of them (old value == bottom - top - target_offset when the
+    column has an early bottom) sums once the slot is written. Returns (sums, counters, slots):
+    the summed value per column and what is left in the workspace."""
+    import numpy as np
+    ends = column_ends(k_tiles, columns, grid)
+    partial = {}   # (col, cta) -> its FP32 partial
+    events = []
+    for b, es in ends.items():
+        for col, top, bottom, _ in es:
+            if top != bottom:
+                partial[(col, b)] = _f32(np.sin(1.0 + 7 * col + 0.37 * b) * 10 ** (b % 5))
+                events.append((order_key(b, col), b, col, top, bottom))
+    events.sort()
+    counters, slots, sums, pending = {}, {}, {}, []
+    for _, b, col, top, bottom in events:
+        early = early_bottom(k_tiles, columns, grid, col)
+        if early and b == bottom:
+            slots[col] = _word(partial[(col, b)])
+        else:
+            old = counters.get(top, 0)
+            counters[top] = old + 1
+            if old == bottom - top - (target_offset if early else 0):
+                pending.append((col, top, bottom, early))
+        # The summer reads the slot until it is written: here, whenever it is.
+        for p in list(pending):
+            col_, top_, bottom_, early_ = p
+            if early_ and slots.get(col_, 0) == 0:
+                continue
+            acc = _f32(0.0)
+            for cta in range(bottom_, top_ - 1, -1):
+                v = _unword(slots[col_]) if early_ and cta == bottom_ else partial[(col_, cta)]
+                acc = _f32(acc + v)
+            assert col_ not in sums, "a column summed twice"
+            sums[col_] = acc
+            if early_:
+                slots[col_] = 0
+            counters[top_] = 0
+            pending.remove(p)
+    return sums, counters, slots, partial, ends
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
+def test_early_bottom_protocol_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
+    sums, counters, slots, partial, ends = run_early_protocol(
+        k_tiles, columns, grid, lambda b, col: ((b * 7919 + col * 104729 + seed) % 1009, b))
+    split = {col: (top, bottom) for es in ends.values() for col, top, bottom, _ in es
+             if top != bottom}
+    # Every split column summed exactly once, with the bits of the shipped order (from +0,
+    # bottom .. top), and the workspace is zero again.
+    assert set(sums) == set(split)
+    for col, (top, bottom) in split.items():
+        want = _f32(0.0)
+        for cta in range(bottom, top - 1, -1):
+            want = _f32(want + partial[(col, cta)])
+        assert sums[col].tobytes() == want.tobytes(), col
+    assert all(v == 0 for v in counters.values())
+    assert all(v == 0 for v in slots.values())
+
+
+def test_early_bottom_protocol_needs_the_smaller_count():
+    """With the count-in's target left at bottom - top while the early bottom does not count
+    in, no CTA ever sums a column that has an early bottom: the model catches it."""
+    k_tiles, columns, grid = 4, 3, 4   # CTAs 1 and 2 hold the bottoms of columns 0 and 1
+    assert early_bottom(k_tiles, columns, grid, 0)
+    sums, *_ = run_early_protocol(k_tiles, columns, grid, lambda b, col: (b, col),
+                                  target_offset=0)
+    assert 0 not in sums and 1 not in sums
+
+
+def test_early_word_is_never_zero_and_round_trips():
+    import numpy as np
+    for x in (0.0, -0.0, 1.5, -3.25e-30, np.inf, -np.inf, 3.4e38):
+        w = _word(_f32(x))
+        assert w != 0 and _unword(w).tobytes() == _f32(x).tobytes()
+    # Every NaN, the all-ones one included, becomes the canonical 0x7fffffff: never 0.
+    for bits in (0xFFFFFFFF, 0x7FC00000, 0xFFC00001):
+        nan = np.uint32(bits).view(np.float32)
+        assert _word(nan) == 0x80000000
