@@ -1,7 +1,8 @@
 """Is a kernel edit a no-op for the machine code? Compares the SASS of kernel instances built from
 the working tree with those built from another commit (no GPU needed).
 
-    python3 scripts/sass_identity.py REV [--loop] [--define NAME=VALUE[,...]]
+    python3 scripts/sass_identity.py REV [--loop | --hot] [--define NAME=VALUE[,...]]
+                                     [--base-define NAME=VALUE[,...]]
                                      CONFIG[@ARCH] [CONFIG[@ARCH] ...]
 
 ARCH defaults to sm_90 (sm_90a for wgmma configs). Each instance is built sym and zero-point with
@@ -14,7 +15,14 @@ tensor-core instruction (HMMA or HGMMA), registers ignored, and prints how many 
 A change to the column's end is also a change to the loop when the loop's schedule moves
 (NOTES.md entry 65): check this before an A/B of the end. ``--define`` builds the working
 tree's side with those compile-time switches (``$MARLIN_CUPY_DEFINES``); with REV = HEAD it
-compares a switch against the shipped build of the same commit.
+compares a switch against the shipped build of the same commit; ``--base-define`` builds REV's
+side with its own switches (two variants against each other).
+
+``--hot`` compares only the innermost loops that hold tensor-core instructions: the code from
+a label to the backward branch that jumps to it (nvdisasm's ``.L_x_N`` labels), registers,
+predicates and labels ignored, loop by loop from the smallest. The main loop's own body, even
+where the compiler lays the column's end out between its MMAs (what ``--loop`` then counts).
+NOTES.md entry 69: ptxas reschedules that body too when code outside it changes.
 """
 from __future__ import annotations
 
@@ -43,6 +51,30 @@ def loop_region(insns: list) -> list:
     return [_REG.sub("R", t) for t in insns[mma[0]:mma[-1] + 1]]
 
 
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_TARGET = re.compile(r"\((\.L_x_\d+)\)")
+_REG_PRED = re.compile(r"\bU?R\d+\b|\bU?P\d\b")
+
+
+def hot_loops(lines: list) -> list:
+    """The loops of a listing (``sass_lines(..., labels=True)``: labels as ``.L_x_N:``, then
+    instructions) whose body holds an HMMA or HGMMA, smallest first: each body from its label to
+    the backward branch to it, registers, predicates and branch targets replaced."""
+    where = {}
+    for i, t in enumerate(lines):
+        m = _LABEL.match(t)
+        if m:
+            where[m.group(1)] = i
+    loops = []
+    for i, t in enumerate(lines):
+        m = _TARGET.search(t) if "BRA" in t else None
+        if m and where.get(m.group(1), i) < i:
+            body = [x for x in lines[where[m.group(1)]:i + 1] if not _LABEL.match(x)]
+            if any("HMMA" in x or "HGMMA" in x for x in body):
+                loops.append([_REG_PRED.sub("R", _TARGET.sub("(L)", x)) for x in body])
+    return sorted(loops, key=len)
+
+
 def differing(a: list, b: list) -> int:
     """Lines of a unified diff between two instruction lists (removed plus added)."""
     import difflib
@@ -61,7 +93,7 @@ def source_at(tree: Path, name: str, zp: bool, defines: str = "") -> str:
                           capture_output=True, text=True, check=True, env=env).stdout
 
 
-def sass_lines(source: str, arch: str, work: Path) -> list:
+def sass_lines(source: str, arch: str, work: Path, labels: bool = False) -> list:
     cu, cubin = work / "k.cu", work / "k.cubin"
     cu.write_text(source)
     subprocess.run([os.environ.get("NVCC", "nvcc"), "-cubin", "-std=c++17", "-gencode",
@@ -69,7 +101,8 @@ def sass_lines(source: str, arch: str, work: Path) -> list:
                    check=True, capture_output=True)
     out = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
-    return [_ADDR.sub("", line).strip() for line in out.splitlines() if _INSN.search(line)]
+    return [_ADDR.sub("", line).strip() for line in out.splitlines()
+            if _INSN.search(line) or (labels and _LABEL.match(line))]
 
 
 def digest(insns: list) -> str:
@@ -83,9 +116,15 @@ def main(argv) -> int:
     p.add_argument("specs", nargs="+", metavar="CONFIG[@ARCH]")
     p.add_argument("--loop", action="store_true",
                    help="compare only the main loop's schedule (first to last MMA)")
+    p.add_argument("--hot", action="store_true",
+                   help="compare only the innermost loops holding MMAs (label to back branch)")
     p.add_argument("--define", default="",
                    help="compile-time switches for the working tree's build, NAME=VALUE,...")
+    p.add_argument("--base-define", default="",
+                   help="compile-time switches for REV's build, NAME=VALUE,...")
     a = p.parse_args(argv)
+    if a.loop and a.hot:
+        p.error("--loop and --hot are two views: pick one")
     rev, specs = a.rev, a.specs
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
@@ -98,17 +137,27 @@ def main(argv) -> int:
             name, _, arch = spec.partition("@")
             arch = arch or ("sm_90a" if "_wg" in name else "sm_90")
             for zp in (False, True):
-                x = sass_lines(source_at(old, name, zp), arch, Path(tmp))
-                y = sass_lines(source_at(ROOT, name, zp, a.define), arch, Path(tmp))
+                x = sass_lines(source_at(old, name, zp, a.base_define), arch, Path(tmp), a.hot)
+                y = sass_lines(source_at(ROOT, name, zp, a.define), arch, Path(tmp), a.hot)
+                what = ""
                 if a.loop:
                     x, y = loop_region(x), loop_region(y)
+                    what = (f" (loop: {len(x)} -> {len(y)} instructions, {differing(x, y)} "
+                            f"lines differ)")
+                elif a.hot:
+                    hx, hy = hot_loops(x), hot_loops(y)
+                    pairs = "; ".join(f"{len(u)} -> {len(v)} instructions, {differing(u, v)} "
+                                      f"lines differ" for u, v in zip(hx, hy))
+                    what = f" (MMA loops {len(hx)} -> {len(hy)}: {pairs})"
+                    x, y = [t for lp in hx for t in lp], [t for lp in hy for t in lp]
+                    if len(hx) != len(hy):
+                        y = y + ["(another loop)"]
                 same = digest(x) == digest(y)
                 differ += not same
-                what = (f" (loop: {len(x)} -> {len(y)} instructions, {differing(x, y)} lines "
-                        f"differ)" if a.loop else "")
                 print(f"{'same' if same else 'DIFFERENT'}  {name}{'_zp' if zp else ''} "
                       f"{arch}{what}")
-    print(f"{differ} instance(s) differ from {rev}{' in the loop' if a.loop else ''}")
+    view = " in the loop" if a.loop else " in the MMA loops" if a.hot else ""
+    print(f"{differ} instance(s) differ from {rev}{view}")
     return 1 if differ else 0
 
 

@@ -134,6 +134,24 @@ def test_sass_identity_loop_region_is_the_schedule_between_the_mmas():
     assert si.differing(si.loop_region(insns), si.loop_region(swapped)) == 2
 
 
+def test_sass_identity_hot_loops_are_the_bodies_with_mmas():
+    si = _load("sass_identity")
+    lines = [".L_x_0:", "MOV R1, R2", "@P0 BRA `(.L_x_0)", "S2R R0, SR_TID.X",
+             ".L_x_1:", "LDS R4, [R2]", "HMMA.16816.F32 R8, R4, R6, R8", "ISETP.NE P1, R3, R9",
+             "@P1 BRA `(.L_x_1)", ".L_x_2:", "HMMA.16816.F32 R8, R4, R6, R8", "BRA `(.L_x_3)",
+             ".L_x_3:", "EXIT"]
+    loops = si.hot_loops(lines)
+    # The first loop holds no MMA; the branch to .L_x_3 goes forward: one loop.
+    assert loops == [["LDS R, [R]", "HMMA.16816.F32 R, R, R, R", "ISETP.NE R, R, R",
+                      "@R BRA `(L)"]]
+    # Other registers and labels: the same body.
+    other = [x.replace("R4", "R12").replace("P1", "P3").replace("_x_1", "_x_7") for x in lines]
+    assert si.hot_loops(other) == loops
+    # An outer loop around it counts as a second, larger one.
+    outer = [".L_x_9:"] + lines[4:9] + ["IADD3 R2, R2, 1, RZ", "@P2 BRA `(.L_x_9)"]
+    assert [len(x) for x in si.hot_loops(outer)] == [4, 6]
+
+
 def test_l2_read_probe_keeps_the_slowest_cta():
     np = pytest.importorskip("numpy")
     lp = _load("l2_read_probe")
