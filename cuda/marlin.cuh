@@ -73,12 +73,6 @@
 #define MARLIN_PAR_EARLY_BOTTOM 0
 #endif
 
-// (A SASS experiment, NOTES.md entry 69; never run on a GPU, removed after) 1: the mma.sync
-// main loop as a loop over one column's units and the column's end after it.
-#ifndef MARLIN_COLUMN_LOOP
-#define MARLIN_COLUMN_LOOP 0
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -1070,16 +1064,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         c.n_tile++;
       }
       locate(c);
-    }
-  }
-
-  // MARLIN_COLUMN_LOOP: the compute cursor to the next column's first k tile (only the column
-  // indices: the loop reads through the fetch cursor).
-  __device__ __forceinline__ void next_column(Cursor& c) const {
-    c.kt = 0;
-    if (++c.slab == parallel) {
-      c.slab = 0;
-      c.n_tile++;
     }
   }
 
@@ -2411,9 +2395,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
     int stage = 0;
     int refill = STAGES - 1;
-    // One unit of the main loop: its K steps, and the ring's slots move on (shared by the
-    // loop over units below and MARLIN_COLUMN_LOOP's loop over a column's units).
-    auto step = [&](int unit) {
+    // DYN: the loop ends when the compute cursor finds no chunk after its own (below).
+    for (int unit = unit_start; DYN || unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
       for (int sub = 0; sub < K_SUB; sub++) {
@@ -2462,30 +2445,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (K_SUB % 2 == 1) {
         regs[0] = regs[1];
       }
-      refill = stage;
-      stage = next;
-    };
-#if MARLIN_COLUMN_LOOP
-    if constexpr (!DYN) {
-      // (MARLIN_COLUMN_LOOP) A loop over one column's units, with no column end in it, then
-      // the column's end.
-      int unit = unit_start;
-      while (true) {
-        const int col_end = min(unit_end, unit + (k_tiles - compute.kt));
-        for (; unit < col_end; unit++) step(unit);
-        const bool last = unit == unit_end;
-        if (last) stamp_last_column();
-        if constexpr (SWAP > 0) finish_column(acc_t, compute, last);
-        else finish_column(acc, compute, last);
-        zero_acc();
-        if (last) break;
-        next_column(compute);
-      }
-    } else
-#endif
-    // DYN: the loop ends when the compute cursor finds no chunk after its own (below).
-    for (int unit = unit_start; DYN || unit < unit_end; unit++) {
-      step(unit);
       if constexpr (DYN) {
         // The chunk's last unit ends its stripe: the column's partial goes out, the cursor
         // jumps to the CTA's next chunk, or the loop ends.
@@ -2506,6 +2465,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         }
         advance(compute);
       }
+      refill = stage;
+      stage = next;
     }
     if constexpr (!WS) cp_async_wait<0>();
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
