@@ -1572,6 +1572,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
   static constexpr bool EARLY_BOTTOM =
       MARLIN_PAR_EARLY_BOTTOM && PAR_REDUCE && !DYN && !WS && TILE_M < 32;
+  // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
+  // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
+  static constexpr bool EARLY_SERIAL =
+      MARLIN_PAR_EARLY_BOTTOM && !PAR_REDUCE && FP32_REDUCE && !DYN && !WS && TILE_M < 32;
   __device__ __forceinline__ uint4* early_slot(int col) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
     return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
@@ -2245,15 +2249,33 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const int count = bottom - top + 1;
     const int idx = bottom - static_cast<int>(blockIdx.x);  // 0 = first to add
     int* lock = locks + top;
+    // MARLIN_PAR_EARLY_BOTTOM on the serial chain: the bottom, when its stripe goes on past
+    // the column, writes its partial to the column's early slot and neither waits nor
+    // releases; the chain's second CTA adds those words (one add, as add_partial: the same
+    // bits) and the turns of the others move down by one.
+    bool early = false;
+    if constexpr (EARLY_SERIAL) {
+      early = !bottom_ends_column(first, bottom);
+      if (early && idx == 0) {
+        if (kw == 0) store_early<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), col);
+        return false;
+      }
+    }
+    const int turn = idx - (early ? 1 : 0);
     if (tid == 0) {
-      while (ld_acquire_gpu(lock) != idx) {
+      while (ld_acquire_gpu(lock) != turn) {
       }
     }
     cta_sync();
     stamp_if_last(7);
+    if (EARLY_SERIAL && early && idx == 1 && kw == 0) {
+      constexpr int NF = sizeof(Acc) / sizeof(FragC);
+      add_early<NF, true>(reinterpret_cast<FragC*>(&acc), col);
+      clear_early<NF>(col);
+    }
     if (kw == 0) {
       if constexpr (SWAP > 0) {
-        if (idx > 0) add_partial_sw(acc, slab, n_tile, top);
+        if (idx > (early ? 1 : 0)) add_partial_sw(acc, slab, n_tile, top);
         // The last to add is the column's top CTA; the column goes on past its stripe (top !=
         // bottom), so this is the stripe's end, and the barrier above follows every warp's
         // last wgmma: the stages are idle.
@@ -2264,7 +2286,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           store_partial_sw(acc, slab, n_tile, top);
         }
       } else {
-        if (idx > 0) add_partial(acc, slab, n_tile, top);
+        if (idx > (early ? 1 : 0)) add_partial(acc, slab, n_tile, top);
         if (idx == count - 1) store_result(acc, slab, n_tile);
         else store_partial(acc, slab, n_tile, top);
       }
@@ -2273,8 +2295,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     cta_sync();
     stamp_if_last(8);
     if (tid == 0) {
-      if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, idx == count - 1 ? 0 : idx + 1);
-      else st_release_gpu(lock, idx == count - 1 ? 0 : idx + 1);
+      if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, idx == count - 1 ? 0 : turn + 1);
+      else st_release_gpu(lock, idx == count - 1 ? 0 : turn + 1);
     }
     return false;
   }

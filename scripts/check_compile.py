@@ -260,8 +260,13 @@ def write_report(out_dir: Path, results, notes) -> None:
     rows = table_rows(results)
     problems = [p for res in results for p in res.problems]
     record = {"kind": "compile_check", "date": records.utc_now(),
-              "git_commit": records.git_commit(), "nvrtc": nvrtc_version(),
-              "notes": notes, "ok": not problems, "rows": rows, "problems": problems}
+              "git_commit": records.git_commit(), "git_dirty": records.git_dirty(),
+              "nvrtc": nvrtc_version(), "notes": notes, "ok": not problems, "rows": rows,
+              "problems": problems}
+    from marlin_cupy.kernels import defines
+    if defines():
+        # $MARLIN_CUPY_DEFINES: every kernel was built with these switches, not as shipped.
+        record["kernel_defines"] = defines()
     out_dir.mkdir(parents=True, exist_ok=True)
     records.write_json(out_dir / "compile_check.json", record)
     (out_dir / "compile_check.md").write_text(markdown(rows, notes, problems))
@@ -281,6 +286,10 @@ def main(argv=None) -> int:
     extra = sorted({a for t in targets for a in _archs_for(t, archs)} - set(archs))
     notes.append(f"NVRTC {nvrtc_version()}, architectures {', '.join(archs)}"
                  + (f" (and {', '.join(extra)} for arch-specific targets)" if extra else ""))
+    from marlin_cupy.kernels import defines
+    if defines():
+        notes.append("built with $MARLIN_CUPY_DEFINES: " + ", ".join(
+            f"{k}={v}" for k, v in defines().items()) + " (not the shipped kernels)")
     results = run_checks(targets, archs, args.jobs, None if args.no_cache else DEFAULT_CACHE)
 
     for res in results:

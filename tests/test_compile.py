@@ -90,3 +90,18 @@ def test_main_writes_the_table(tmp_path, monkeypatch):
     text = (tmp_path / "compile_check.md").read_text()
     assert "| smoke.cu | sm_90 | smoke_scale |" in text
     assert (tmp_path / "compile_check.json").is_file()
+
+
+def test_report_names_the_switches_it_was_built_with(tmp_path, monkeypatch):
+    import json
+    from marlin_cupy import jit
+    smoke = check_compile.Target("smoke.cu", jit.expand_source("smoke.cu"))
+    monkeypatch.setattr(check_compile, "all_targets", lambda: ([smoke], ["only smoke.cu"]))
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_EARLY_BOTTOM=1")
+    assert check_compile.main(["--out", str(tmp_path), "--jobs", "1", "--no-cache"]) == 0
+    record = json.loads((tmp_path / "compile_check.json").read_text())
+    assert record["kernel_defines"] == {"MARLIN_PAR_EARLY_BOTTOM": 1}
+    assert "MARLIN_PAR_EARLY_BOTTOM=1" in (tmp_path / "compile_check.md").read_text()
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES")
+    assert check_compile.main(["--out", str(tmp_path), "--jobs", "1", "--no-cache"]) == 0
+    assert "kernel_defines" not in json.loads((tmp_path / "compile_check.json").read_text())

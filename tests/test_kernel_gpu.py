@@ -186,11 +186,14 @@ class TestParallelReduction:
 
     @pytest.mark.parametrize("name", ["t256_m1_n16_k8_s4_g8_fp32par_sw1",
                                       "t256_m1_n8_k16_s3_g8_fp32par",
-                                      "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2"])
+                                      "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2",
+                                      "t256_m1_n16_k16_s4_g8_fp32_sw1",      # serial chain
+                                      "t256_m1_n8_k16_s3_g8_fp32"])
     def test_early_bottom_switch_same_bits_and_workspace_zero(self, name):
         """MARLIN_PAR_EARLY_BOTTOM 1 (NOTES.md entry 69), built beside the shipped kernel: the
-        same bits on every partition (the early bottom's partial goes through the locks
-        workspace, bit-inverted), and the workspace is zero again after every call."""
+        same bits on every partition, on the parallel reduction and the serial chain (the early
+        bottom's partial goes through the locks workspace, bit-inverted), and the workspace is
+        zero again after every call."""
         from marlin_cupy import ops
         cfg = KernelConfig.from_name(name)
         _skip_unless_runs(cfg, True)

@@ -75,7 +75,9 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PAR_COOP=2", "t256_m1_n16_k8_s4_g8_fp32par_sw1"),
      # the early bottom's partial through the locks workspace (entry 69)
      ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2"),
-     ("MARLIN_PAR_EARLY_BOTTOM=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2")]
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2"),
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k16_s4_g8_fp32_sw1"),
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s4_g8_fp32_sw1_b2")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -235,10 +237,13 @@ def test_shared_sum_from_32_rows(monkeypatch, name, shares):
     ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2", True),
     ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", False),   # producer: no copies to wait for
     ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws", False),  # 32 rows: the shared sum
-    ("t256_m1_n16_k16_s4_g8_fp32_sw1", False)])             # the serial chain
+    ("t256_m1_n16_k16_s4_g8_fp32_sw1", True),               # the serial chain, FP32
+    ("t256_m1_n16_k16_s4_g8_fp16_sw1", False),              # the serial chain, FP16 in C
+    ("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws", False)])        # the serial chain, producer
 def test_early_bottom_where_it_applies(monkeypatch, name, applies):
-    """MARLIN_PAR_EARLY_BOTTOM 1 (entry 69) changes only the last arriver's path of the
-    parallel reduction without a producer: its relaxed 16-byte stores and loads of the locks
+    """MARLIN_PAR_EARLY_BOTTOM 1 (entry 69) changes only the cross-CTA reduction of tiles
+    below 32 rows without a producer: the parallel reduction's last arriver path and the
+    serial chain with FP32 partials. Its relaxed 16-byte stores and loads of the locks
     workspace appear there and nowhere else; the default build has none."""
     cfg = KernelConfig.from_name(name)
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_EARLY_BOTTOM=1")

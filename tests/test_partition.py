@@ -264,3 +264,77 @@ def test_early_word_is_never_zero_and_round_trips():
     for bits in (0xFFFFFFFF, 0x7FC00000, 0xFFC00001):
         nan = np.uint32(bits).view(np.float32)
         assert _word(nan) == 0x80000000
+
+
+def run_early_serial_chain(k_tiles, columns, grid, order_key):
+    """The serial chain with MARLIN_PAR_EARLY_BOTTOM: a split column's CTAs add one after
+    another from its bottom (idx 0) up to its top, each taking its turn when the column's lock
+    holds it and handing on by writing the next turn (the last writes 0). With an early
+    bottom (its stripe goes on past the column), the bottom writes its slot and leaves; CTA
+    idx 1 takes turn 0, adds the bottom's words to its own partial and clears the slot, and
+    every later CTA's turn is idx - 1. CTAs arrive in a scrambled order and wait for their
+    turn. Returns (sums, locks, slots, partial, ends)."""
+    import numpy as np
+    ends = column_ends(k_tiles, columns, grid)
+    partial, waiting = {}, []
+    for b, es in ends.items():
+        for col, top, bottom, _ in es:
+            if top != bottom:
+                partial[(col, b)] = _f32(np.cos(2.0 + 5 * col + 0.29 * b) * 10 ** (b % 4))
+                waiting.append((order_key(b, col), b, col, top, bottom))
+    waiting.sort()
+    locks, slots, carried, sums = {}, {}, {}, {}
+    arrived = []
+    for _, b, col, top, bottom in waiting:
+        arrived.append((b, col, top, bottom))
+        progress = True
+        while progress:   # every arrived CTA whose turn has come goes
+            progress = False
+            for entry in list(arrived):
+                b_, col_, top_, bottom_ = entry
+                idx = bottom_ - b_
+                early = early_bottom(k_tiles, columns, grid, col_)
+                if early and idx == 0:
+                    slots[col_] = _word(partial[(col_, b_)])
+                    arrived.remove(entry)
+                    progress = True
+                    continue
+                turn = idx - (1 if early else 0)
+                if locks.get(top_, 0) != turn:
+                    continue
+                acc = partial[(col_, b_)]
+                if early and idx == 1:
+                    if slots.get(col_, 0) == 0:
+                        continue   # its spin: the bottom has not written yet
+                    acc = _f32(acc + _unword(slots[col_]))
+                    slots[col_] = 0
+                elif idx > 0:
+                    acc = _f32(acc + carried[col_])
+                if idx == bottom_ - top_:
+                    sums[col_] = acc
+                    locks[top_] = 0
+                else:
+                    carried[col_] = acc
+                    locks[top_] = turn + 1
+                arrived.remove(entry)
+                progress = True
+    assert not arrived, "a CTA never got its turn"
+    return sums, locks, slots, partial, ends
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
+def test_early_bottom_serial_chain_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
+    sums, locks, slots, partial, ends = run_early_serial_chain(
+        k_tiles, columns, grid, lambda b, col: ((b * 6151 + col * 3571 + seed) % 997, b))
+    split = {col: (top, bottom) for es in ends.values() for col, top, bottom, _ in es
+             if top != bottom}
+    assert set(sums) == set(split)
+    for col, (top, bottom) in split.items():
+        # The shipped chain: the bottom's partial, then each CTA up adds its own to what came.
+        want = partial[(col, bottom)]
+        for cta in range(bottom - 1, top - 1, -1):
+            want = _f32(partial[(col, cta)] + want)
+        assert sums[col].tobytes() == want.tobytes(), col
+    assert all(v == 0 for v in locks.values())
+    assert all(v == 0 for v in slots.values())
