@@ -68,7 +68,9 @@
 // beside the others' partials, adds them first (the same bits), sums again waiting for them
 // in the rare case one was not written yet, and writes 0 back. It cuts those CTAs' extra
 // stream to 0.4-0.5 us, but its builds also reschedule the main loop (sass_identity --loop):
-// -0.7..+0.6 % summed at M = 1..16 in entry 69's A/B.
+// -0.7..+0.6 % summed at M = 1..16 in entry 69's A/B. The serial chain with FP32 partials
+// takes it too (prepared after that A/B, not yet run on a GPU): its bottom writes the slot and
+// leaves, the chain's second CTA adds those words, and every later turn moves down by one.
 #ifndef MARLIN_PAR_EARLY_BOTTOM
 #define MARLIN_PAR_EARLY_BOTTOM 0
 #endif
