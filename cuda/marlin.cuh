@@ -809,9 +809,15 @@ template <> struct DynState<true> {
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0>
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
+          bool EARLY = false>
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
+  // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
+  static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER &&
+                           DYN_Q == 0),
+                "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows, no producer "
+                "warpgroup and no run-time hand-out");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
   static constexpr int WARPS = THREADS / 32;
@@ -1573,11 +1579,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
   static constexpr bool EARLY_BOTTOM =
-      MARLIN_PAR_EARLY_BOTTOM && PAR_REDUCE && !DYN && !WS && TILE_M < 32;
+      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && PAR_REDUCE && !DYN && !WS && TILE_M < 32;
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
   static constexpr bool EARLY_SERIAL =
-      MARLIN_PAR_EARLY_BOTTOM && !PAR_REDUCE && FP32_REDUCE && !DYN && !WS && TILE_M < 32;
+      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && !PAR_REDUCE && FP32_REDUCE && !DYN && !WS &&
+      TILE_M < 32;
   __device__ __forceinline__ uint4* early_slot(int col) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
     return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
@@ -2700,13 +2707,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
-          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0>
+          int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
+          bool EARLY = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
-                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q>;
+                   FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q,
+                   EARLY>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();

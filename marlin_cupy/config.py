@@ -83,6 +83,13 @@ class KernelConfig:
     #: column sums are the parallel reduction's, in chunk order: reproducible bits. At least
     #: ``stages`` (the prologue stays in the first chunk). Name: _q<dyn_chunk>.
     dyn_chunk: int = 0
+    #: (fp32_reduce, tiles below 32 rows, no producer or run-time hand-out) the early bottom
+    #: (MARLIN_PAR_EARLY_BOTTOM for this instance; benchmarks/NOTES.md entries 68-69): the CTA
+    #: holding the bottom of a split column that ends inside its stripe writes its partial
+    #: into the column's slot of the workspace without a count-in or a fence, and goes on
+    #: streaming; the column's summing CTA (parallel reduction) or the chain's second CTA
+    #: (serial) reads it from there. The same sums, the same bits. Name: _eb.
+    early_bottom: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -169,11 +176,13 @@ class KernelConfig:
         wn = f"_w{self.warp_n}" if self.warp_n else ""
         ws = "_ws" if self.producer else ""
         dq = f"_q{self.dyn_chunk}" if self.dyn_chunk else ""
+        eb = "_eb" if self.early_bottom else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{occ}")
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{eb}"
+                f"{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(_eb)?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -185,11 +194,13 @@ class KernelConfig:
                              f"reduction; optional "
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
                              f"for its columns per warp, _ws for a producer warpgroup, _q8 for units "
-                             f"handed out at run time in chunks of 8, then _b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, occ = m.groups()
+                             f"handed out at run time in chunks of 8, _eb for the early bottom, then "
+                             f"_b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, eb, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
-                   red == "fp32par", int(wn) if wn else 0, bool(ws), int(dq) if dq else 0)
+                   red == "fp32par", int(wn) if wn else 0, bool(ws), int(dq) if dq else 0,
+                   bool(eb))
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -280,6 +291,12 @@ class KernelConfig:
                         f"parallel_reduce with tiles of up to 32 rows (the last arriver's sum), "
                         f"the mma.sync loop without wgmma or a producer, and at least "
                         f"stages={self.stages} units per chunk")
+        if self.early_bottom and (not self.fp32_reduce or self.tile_m >= 32 or self.producer
+                                  or self.dyn_chunk):
+            errs.append(f"early_bottom needs FP32 partials (fp32 or fp32par), tiles below 32 "
+                        f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
+                        f"hand-out: the other reductions never publish a partial mid-stripe "
+                        f"with a fence")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -398,6 +415,16 @@ DYN_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m1_n16_k8_s4_g8_fp32par_sw1_q8_b2", "t256_m1_n8_k8_s8_g8_fp32par_sw1_q8",
     "t256_m1_n16_k16_s4_g8_fp32par_sw2_q4", "t256_m1_n8_k16_s6_g8_fp32par_q6",
     "t256_m2_n8_k16_s4_gc_fp32par_q4", "t128_m1_n4_k8_s4_g4_fp32par_q5_b2"))
+
+#: The early bottom (``early_bottom``, NOTES.md entries 68-69), one per path: the parallel
+#: reduction's last arriver with swapped and row-major tiles, wgmma without a producer, two
+#: CTAs per SM; the serial chain with swapped and row-major tiles, per-channel scales. CI
+#: compiles them; the GPU tests compare each bitwise with its twin without it, on many grids.
+EARLY_BOTTOM_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t256_m1_n16_k8_s4_g8_fp32par_sw1_eb", "t256_m1_n8_k16_s3_g8_fp32par_eb",
+    "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_eb_b2", "t256_m1_n16_k8_s3_g8_fp32par_sw1_eb_b2",
+    "t256_m1_n16_k16_s4_g8_fp32_sw1_eb", "t256_m1_n8_k16_s3_g8_fp32_eb",
+    "t256_m1_n8_k16_s4_gc_fp32_sw2_eb"))
 
 #: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
 #: without one (the same sums in the same order, only the copies move).

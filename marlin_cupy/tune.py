@@ -236,7 +236,7 @@ def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
 
 
 def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False,
-               parallel_reduce: bool = False):
+               parallel_reduce: bool = False, early_bottom: bool = False):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
     # Swapped operands serve up to 8 (swap_ab=1) or 16 rows per slab (swap_ab=2).
@@ -271,15 +271,21 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
         # Each candidate again with the parallel cross-CTA reduction: it wins where many CTAs
         # share a column (deep K, narrow N) and loses a little where two do (NOTES.md entry 12).
         out += [c.with_(parallel_reduce=True) for c in out if c.fp32_reduce]
+    if early_bottom:
+        # Each candidate that can take it again with the early bottom (NOTES.md entry 69): its
+        # builds schedule the main loop differently, so which is faster is the layer's.
+        out += [e for e in (c.with_(early_bottom=True) for c in out) if not e.problems()]
     return out
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
-         wgmma: bool = True, parallel_reduce: bool = True) -> dict:
+         wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
-    measures every candidate with both cross-CTA reductions (NOTES.md entry 12)."""
+    measures every candidate with both cross-CTA reductions (NOTES.md entry 12).
+    ``early_bottom`` adds the early-bottom twin of every candidate that can take it (tiles
+    below 32 rows: the buckets up to 16; NOTES.md entry 69)."""
     import cupy as cp
     import numpy as np
 
@@ -294,7 +300,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
                                                            facts["smem_optin"], wg,
-                                                           parallel_reduce)}
+                                                           parallel_reduce, early_bottom)}
     kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
     entries, rows = [], []
     try:
@@ -311,7 +317,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 m = BUCKET_M[b]
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                 for cfg in candidates(m, n, k, group_size, facts["smem_optin"], wg,
-                                      parallel_reduce):
+                                      parallel_reduce, early_bottom):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
@@ -348,6 +354,9 @@ def main(argv=None) -> int:
     p.add_argument("--parallel-reduce", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure every candidate with the parallel cross-CTA reduction "
                         "(default on; doubles the tuning time)")
+    p.add_argument("--early-bottom", action=argparse.BooleanOptionalAction, default=False,
+                   help="also measure the early-bottom twin (config suffix _eb) of every "
+                        "candidate with tiles below 32 rows (default off; NOTES.md entry 69)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
@@ -409,7 +418,8 @@ def main(argv=None) -> int:
             p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
                     f"{device!r}")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
-                 wgmma=a.wgmma, parallel_reduce=a.parallel_reduce)
+                 wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
+                 early_bottom=a.early_bottom)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

@@ -26,7 +26,8 @@ instead of bit for bit, for a switch that rounds differently (``MARLIN_WG_DEFER`
 scale on FP32 sums).
 
 ``--variant producer`` compares configs instead of builds: A is each config with that boolean
-field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45), B
+field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45;
+``early_bottom``: the early bottom, entry 69, bitwise equal to B), B
 the config itself; configs whose variant is not valid are skipped. With ``--define`` as well,
 the A config is built with those switches (a variant of the variant against the base).
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
@@ -90,8 +91,8 @@ def main(argv=None) -> int:
             dyn_q = 0
         if dyn_q < 1:
             p.error(f"--variant {a.variant!r}: dyn=Q wants a positive number of units per chunk")
-    elif a.variant not in ("", "producer"):
-        p.error(f"--variant {a.variant!r}: 'producer' or 'dyn=Q'")
+    elif a.variant not in ("", "producer", "early_bottom"):
+        p.error(f"--variant {a.variant!r}: 'producer', 'early_bottom' or 'dyn=Q'")
 
     def define_line(spec, what):
         """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]" (as $MARLIN_CUPY_DEFINES reads)."""

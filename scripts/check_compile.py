@@ -91,8 +91,9 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import (DYN_EXAMPLES, MMA_PRODUCER_EXAMPLES,
-                                    PARALLEL_REDUCE_EXAMPLES, WGMMA_EXAMPLES, tuned_instances)
+    from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
+                                    MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
+                                    WGMMA_EXAMPLES, tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
@@ -109,6 +110,9 @@ def config_targets():
     par += [target(cfg, zp, ("sm_90",)) for cfg in MMA_PRODUCER_EXAMPLES for zp in (False, True)]
     # Units handed out at run time (mma.sync, sm_80 and sm_90).
     par += [target(cfg, zp) for cfg in DYN_EXAMPLES for zp in (False, True)]
+    # The early bottom (both reductions; its wgmma example on sm_90a only).
+    par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in EARLY_BOTTOM_EXAMPLES
+            for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the
     # prologue only; the heuristic's configs are not compiled in it here.
@@ -123,7 +127,7 @@ def config_targets():
     return targets + tuned + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
         f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction, "
-        f"mma.sync producer and run-time hand-out examples "
+        f"mma.sync producer, run-time hand-out and early-bottom examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")
 
 

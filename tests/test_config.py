@@ -30,6 +30,11 @@ INVALID = {
     "dyn_wgmma": KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
                               parallel_reduce=True, dyn_chunk=8),
     "dyn_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, dyn_chunk=8),
+    # the early bottom: FP16 partials in C, 32-row tiles, a producer, run-time hand-out
+    "early_fp16": KernelConfig(fp32_reduce=False, early_bottom=True),
+    "early_32_rows": KernelConfig(thread_m_blocks=2, early_bottom=True),
+    "early_producer": KernelConfig(swap_ab=1, producer=True, early_bottom=True),
+    "early_dyn": KernelConfig(parallel_reduce=True, dyn_chunk=8, early_bottom=True),
 }
 
 
@@ -60,10 +65,11 @@ class TestValidationMirrorsStaticAsserts:
         """smem_bytes, the warps along N and K and the columns per warp, checked against the
         kernel's own constexprs by static_asserts that NVRTC evaluates (no GPU): every example,
         every tuned config and a spread of the instantiated ones, sym and zero-point."""
-        from marlin_cupy.config import (DYN_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
-                                        PRODUCER_EXAMPLES, WGMMA_EXAMPLES)
+        from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
+                                        PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
+                                        WGMMA_EXAMPLES)
         cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
-        cfgs |= set(PRODUCER_EXAMPLES) | set(DYN_EXAMPLES)
+        cfgs |= set(PRODUCER_EXAMPLES) | set(DYN_EXAMPLES) | set(EARLY_BOTTOM_EXAMPLES)
         cfgs |= {c for cs in tuned_instances().values() for c in cs}
         lines = [kernels._base_source(), "\n"]
         for cfg in sorted(cfgs, key=lambda c: c.name):

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
-from marlin_cupy.config import (DYN_EXAMPLES, INSTANTIATED, PARALLEL_REDUCE_EXAMPLES,
-                                PRODUCER_EXAMPLES, WGMMA_EXAMPLES, KernelConfig, tuned_instances)
+from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, INSTANTIATED,
+                                PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES, WGMMA_EXAMPLES,
+                                KernelConfig, tuned_instances)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
@@ -184,36 +185,33 @@ class TestParallelReduction:
                     if max_ctas is None:
                         judge(cp.asnumpy(x), qw, got)
 
-    @pytest.mark.parametrize("name", ["t256_m1_n16_k8_s4_g8_fp32par_sw1",
-                                      "t256_m1_n8_k16_s3_g8_fp32par",
-                                      "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2",
-                                      "t256_m1_n16_k16_s4_g8_fp32_sw1",      # serial chain
-                                      "t256_m1_n8_k16_s3_g8_fp32"])
-    def test_early_bottom_switch_same_bits_and_workspace_zero(self, name):
-        """MARLIN_PAR_EARLY_BOTTOM 1 (NOTES.md entry 69), built beside the shipped kernel: the
-        same bits on every partition, on the parallel reduction and the serial chain (the early
-        bottom's partial goes through the locks workspace, bit-inverted), and the workspace is
-        zero again after every call."""
+    @pytest.mark.parametrize("cfg", EARLY_BOTTOM_EXAMPLES, ids=lambda c: c.name)
+    def test_early_bottom_same_bits_as_its_twin_and_workspace_zero(self, cfg):
+        """The early bottom (``early_bottom``, config suffix _eb; NOTES.md entries 68-69)
+        against its twin without it: the same bits on many partitions, on the parallel
+        reduction and the serial chain (the early bottom's partial goes through the locks
+        workspace, bit-inverted), and the workspace is zero again after every call."""
         from marlin_cupy import ops
-        cfg = KernelConfig.from_name(name)
         _skip_unless_runs(cfg, True)
-        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        twin = cfg.with_(early_bottom=False)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
         k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        qw = make_weight(rng, k, n, 16 * cfg.group_blocks)
-        mw = mc.pack(qw).to_device()
-        early = ops.build_kernel(cfg, prefix="#define MARLIN_PAR_EARLY_BOTTOM 1\n")
-        for m in (1, 7, min(16, cfg.max_m or 16)):
-            x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-            # Grids whose stripes put split columns' bottoms inside stripes, and some not.
-            for max_ctas in (3, 7, 17, 33, 97, None):
-                want = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                with ops.use_kernel(cfg, early):
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in (1, 7, min(16, cfg.max_m or 16)):
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                # Grids whose stripes put split columns' bottoms inside stripes, and some not.
+                for max_ctas in (3, 7, 17, 33, 97, None):
+                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
                     got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
-                cp.cuda.get_current_stream().synchronize()
-                assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
-                for g in got:
-                    assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), (m, max_ctas)
-            judge(cp.asnumpy(x), qw, got[0])
+                    cp.cuda.get_current_stream().synchronize()
+                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
+                    for g in got:
+                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
+                            (sym, m, max_ctas)
+                judge(cp.asnumpy(x), qw, got[0])
 
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace

@@ -253,3 +253,16 @@ def test_early_bottom_where_it_applies(monkeypatch, name, applies):
     monkeypatch.delenv("MARLIN_CUPY_DEFINES")
     ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
     assert "relaxed.gpu.global.v4" not in ptx
+
+
+def test_early_bottom_config_variant_builds_the_switch(monkeypatch):
+    """The _eb config (template argument EARLY) builds the same early path as the global
+    switch: the relaxed 16-byte accesses of the locks workspace, absent from its twin."""
+    from marlin_cupy.config import EARLY_BOTTOM_EXAMPLES
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    for cfg in EARLY_BOTTOM_EXAMPLES[:2] + EARLY_BOTTOM_EXAMPLES[4:5]:
+        ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+        twin = cfg.with_(early_bottom=False)
+        plain = jit.compile_ptx(kernels.marlin_source(twin), "sm_90" + twin.arch_suffix)
+        assert "st.relaxed.gpu.global.v4.u32" in ptx and "ld.relaxed.gpu.global.v4.u32" in ptx
+        assert "relaxed.gpu.global.v4" not in plain

@@ -242,3 +242,20 @@ class TestPartialRetune:
             tune.main(["--merge", "x.json"])
         assert "--merge needs --buckets" in capsys.readouterr().err
 
+
+
+def test_early_bottom_twins_only_where_they_apply():
+    """--early-bottom adds the _eb twin of each candidate that can take it: FP32 partials,
+    tiles below 32 rows, no producer; nothing at M = 32 and up, nothing by default."""
+    from marlin_cupy import tune
+    for m in (8, 16):
+        base = tune.candidates(m, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True)
+        both = tune.candidates(m, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True,
+                               early_bottom=True)
+        eb = [c for c in both if c.early_bottom]
+        assert not any(c.early_bottom for c in base) and both[:len(base)] == base
+        assert eb and {c.with_(early_bottom=False) for c in eb} <= set(base)
+        assert all(c.fp32_reduce and c.tile_m < 32 and not c.producer for c in eb)
+        assert len(eb) == sum(1 for c in base if not c.with_(early_bottom=True).problems())
+    assert not any(c.early_bottom for c in tune.candidates(
+        32, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True, early_bottom=True))
