@@ -1573,18 +1573,19 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     reduce_frags<WARP_TILES * SW>(&acc[0][0]);
   }
 
-  // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
-  // access is a coalesced 16-byte one.
   // ---- MARLIN_PAR_EARLY_BOTTOM: the early bottom's slot of column `col`, in the locks
   // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
-  static constexpr bool EARLY_BOTTOM =
-      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && PAR_REDUCE && !DYN && !WS && TILE_M < 32;
+  static constexpr bool EARLY_ANY =
+      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && FP32_REDUCE && !DYN && !WS && TILE_M < 32;
+  static constexpr bool EARLY_BOTTOM = EARLY_ANY && PAR_REDUCE;
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
-  static constexpr bool EARLY_SERIAL =
-      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && !PAR_REDUCE && FP32_REDUCE && !DYN && !WS &&
-      TILE_M < 32;
+  static constexpr bool EARLY_SERIAL = EARLY_ANY && !PAR_REDUCE;
+  // Does split column `col` have an early bottom: does its bottom CTA's stripe go on past it?
+  __device__ __forceinline__ bool early_bottom(int col, int bottom) const {
+    return !bottom_ends_column(col * k_tiles, bottom);
+  }
   __device__ __forceinline__ uint4* early_slot(int col) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
     return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
@@ -1629,6 +1630,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     for (int f = 0; f < NF; f++) st_relaxed_gpu_v4(dst + f * 32, make_uint4(0u, 0u, 0u, 0u));
   }
 
+  // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
+  // access is a coalesced 16-byte one.
   template <int NF>
   __device__ __forceinline__ void add_scratch(FragC* acc, int slot) {
     const float4* src = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
@@ -1941,7 +1944,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     const int col = n_tile * parallel + slab;
-    const bool early = EARLY_BOTTOM && !bottom_ends_column(col * k_tiles, bottom);
+    const bool early = EARLY_BOTTOM && early_bottom(col, bottom);
     if (kw == 0) {
       zero_frags<NF>(frags);
       if (early) {
@@ -2186,7 +2189,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     bool early = false;
     if constexpr (EARLY_BOTTOM && !COOP) {
       const int col = n_tile * parallel + slab;
-      early = !bottom_ends_column(col * k_tiles, bottom);
+      early = early_bottom(col, bottom);
       if (early && static_cast<int>(blockIdx.x) == bottom) {
         if (kw == 0) store_early<NF>(frags, col);
         return;
@@ -2264,7 +2267,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // bits) and the turns of the others move down by one.
     bool early = false;
     if constexpr (EARLY_SERIAL) {
-      early = !bottom_ends_column(first, bottom);
+      early = early_bottom(col, bottom);
       if (early && idx == 0) {
         if (kw == 0) store_early<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), col);
         return false;

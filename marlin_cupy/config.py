@@ -115,6 +115,14 @@ class KernelConfig:
     def k_warps(self) -> int:
         return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
 
+    @property
+    def early_bottom_fits(self) -> bool:
+        """Whether this instance's reduction can take the early bottom (the kernel's EARLY_ANY
+        without the switch): FP32 partials, tiles below 32 rows, no producer, static stripes.
+        ops sizes the early slots of the workspace for these."""
+        return (self.fp32_reduce and self.tile_m < 32 and not self.producer
+                and not self.dyn_chunk)
+
     def chunks(self, units: int) -> int:
         """(dyn_chunk) Chunks of a launch with ``units`` units; each has a column counter and
         two partial slots in the workspace, and the grid never exceeds their count."""
@@ -291,8 +299,7 @@ class KernelConfig:
                         f"parallel_reduce with tiles of up to 32 rows (the last arriver's sum), "
                         f"the mma.sync loop without wgmma or a producer, and at least "
                         f"stages={self.stages} units per chunk")
-        if self.early_bottom and (not self.fp32_reduce or self.tile_m >= 32 or self.producer
-                                  or self.dyn_chunk):
+        if self.early_bottom and not self.early_bottom_fits:
             errs.append(f"early_bottom needs FP32 partials (fp32 or fp32par), tiles below 32 "
                         f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
                         f"hand-out: the other reductions never publish a partial mid-stripe "

@@ -317,7 +317,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).
     slots = stripes * (2 if cfg.parallel_reduce else 1)
-    if cfg.fp32_reduce and not cfg.dyn_chunk and cfg.tile_m < 32:
+    if cfg.early_bottom_fits:
         # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, early_slot; the parallel reduction
         # and the serial chain): a partial per column in the locks workspace, past the counters
         # and the timeline probe's 16 ints per CTA; zero between calls like the counters.

@@ -183,23 +183,41 @@ def _unword(w: int):
     return np.uint32(~w & 0xFFFFFFFF).view(np.float32)
 
 
-def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
-    """Every split column's CTAs in a scrambled order: an early bottom writes its slot, the
-    others count in, the last of them (old value == bottom - top - target_offset when the
-    column has an early bottom) sums once the slot is written. Returns (sums, counters, slots):
-    the summed value per column and what is left in the workspace."""
+def split_arrivals(k_tiles, columns, grid, order_key):
+    """(partial, arrivals, split) of a launch: an FP32 partial per (column, CTA) of every split
+    column (values spread over 5 decades, so the order of the adds shows in the bits), the
+    CTAs' arrivals at those columns sorted by ``order_key(b, col)`` as (b, col, top, bottom),
+    and {col: (top, bottom)}."""
     import numpy as np
-    ends = column_ends(k_tiles, columns, grid)
-    partial = {}   # (col, cta) -> its FP32 partial
-    events = []
-    for b, es in ends.items():
+    partial, arrivals = {}, []
+    for b, es in column_ends(k_tiles, columns, grid).items():
         for col, top, bottom, _ in es:
             if top != bottom:
                 partial[(col, b)] = _f32(np.sin(1.0 + 7 * col + 0.37 * b) * 10 ** (b % 5))
-                events.append((order_key(b, col), b, col, top, bottom))
-    events.sort()
+                arrivals.append((order_key(b, col), b, col, top, bottom))
+    split = {col: (top, bottom) for _, _, col, top, bottom in arrivals}
+    return partial, [a[1:] for a in sorted(arrivals)], split
+
+
+def assert_same_bits_and_zero(sums, want, split, *workspaces):
+    """Every split column summed once, each with the bits of ``want(col, top, bottom)``, and
+    every counter and slot of the workspace back at 0."""
+    assert set(sums) == set(split)
+    for col, (top, bottom) in split.items():
+        assert sums[col].tobytes() == want(col, top, bottom).tobytes(), col
+    for ws in workspaces:
+        assert all(v == 0 for v in ws.values())
+
+
+def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
+    """Every split column's CTAs in a scrambled order: an early bottom writes its slot, the
+    others count in, the last of them (old value == bottom - top - target_offset when the
+    column has an early bottom) sums once the slot is written. Returns (sums, counters, slots,
+    partial, split): the summed value per column, what is left in the workspace, and the
+    inputs."""
+    partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
     counters, slots, sums, pending = {}, {}, {}, []
-    for _, b, col, top, bottom in events:
+    for b, col, top, bottom in arrivals:
         early = early_bottom(k_tiles, columns, grid, col)
         if early and b == bottom:
             slots[col] = _word(partial[(col, b)])
@@ -223,26 +241,21 @@ def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
                 slots[col_] = 0
             counters[top_] = 0
             pending.remove(p)
-    return sums, counters, slots, partial, ends
+    return sums, counters, slots, partial, split
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
 def test_early_bottom_protocol_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
-    sums, counters, slots, partial, ends = run_early_protocol(
+    sums, counters, slots, partial, split = run_early_protocol(
         k_tiles, columns, grid, lambda b, col: ((b * 7919 + col * 104729 + seed) % 1009, b))
-    split = {col: (top, bottom) for es in ends.values() for col, top, bottom, _ in es
-             if top != bottom}
-    # Every split column summed exactly once, with the bits of the shipped order (from +0,
-    # bottom .. top), and the workspace is zero again.
-    assert set(sums) == set(split)
-    for col, (top, bottom) in split.items():
-        want = _f32(0.0)
+
+    def shipped(col, top, bottom):   # the last arriver's order: from +0, bottom .. top
+        acc = _f32(0.0)
         for cta in range(bottom, top - 1, -1):
-            want = _f32(want + partial[(col, cta)])
-        assert sums[col].tobytes() == want.tobytes(), col
-    assert all(v == 0 for v in counters.values())
-    assert all(v == 0 for v in slots.values())
+            acc = _f32(acc + partial[(col, cta)])
+        return acc
+    assert_same_bits_and_zero(sums, shipped, split, counters, slots)
 
 
 def test_early_bottom_protocol_needs_the_smaller_count():
@@ -273,19 +286,11 @@ def run_early_serial_chain(k_tiles, columns, grid, order_key):
     bottom (its stripe goes on past the column), the bottom writes its slot and leaves; CTA
     idx 1 takes turn 0, adds the bottom's words to its own partial and clears the slot, and
     every later CTA's turn is idx - 1. CTAs arrive in a scrambled order and wait for their
-    turn. Returns (sums, locks, slots, partial, ends)."""
-    import numpy as np
-    ends = column_ends(k_tiles, columns, grid)
-    partial, waiting = {}, []
-    for b, es in ends.items():
-        for col, top, bottom, _ in es:
-            if top != bottom:
-                partial[(col, b)] = _f32(np.cos(2.0 + 5 * col + 0.29 * b) * 10 ** (b % 4))
-                waiting.append((order_key(b, col), b, col, top, bottom))
-    waiting.sort()
+    turn. Returns (sums, locks, slots, partial, split)."""
+    partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
     locks, slots, carried, sums = {}, {}, {}, {}
     arrived = []
-    for _, b, col, top, bottom in waiting:
+    for b, col, top, bottom in arrivals:
         arrived.append((b, col, top, bottom))
         progress = True
         while progress:   # every arrived CTA whose turn has come goes
@@ -319,22 +324,18 @@ def run_early_serial_chain(k_tiles, columns, grid, order_key):
                 arrived.remove(entry)
                 progress = True
     assert not arrived, "a CTA never got its turn"
-    return sums, locks, slots, partial, ends
+    return sums, locks, slots, partial, split
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
 def test_early_bottom_serial_chain_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
-    sums, locks, slots, partial, ends = run_early_serial_chain(
+    sums, locks, slots, partial, split = run_early_serial_chain(
         k_tiles, columns, grid, lambda b, col: ((b * 6151 + col * 3571 + seed) % 997, b))
-    split = {col: (top, bottom) for es in ends.values() for col, top, bottom, _ in es
-             if top != bottom}
-    assert set(sums) == set(split)
-    for col, (top, bottom) in split.items():
-        # The shipped chain: the bottom's partial, then each CTA up adds its own to what came.
-        want = partial[(col, bottom)]
+
+    def shipped(col, top, bottom):   # the chain: the bottom's partial, then each CTA up adds
+        acc = partial[(col, bottom)]
         for cta in range(bottom - 1, top - 1, -1):
-            want = _f32(partial[(col, cta)] + want)
-        assert sums[col].tobytes() == want.tobytes(), col
-    assert all(v == 0 for v in locks.values())
-    assert all(v == 0 for v in slots.values())
+            acc = _f32(partial[(col, cta)] + acc)
+        return acc
+    assert_same_bits_and_zero(sums, shipped, split, locks, slots)
