@@ -455,3 +455,18 @@ def test_stripe_stall_row_groups_and_penalty():
     assert s["slowest_has_split"] == 1.0
     with pytest.raises(ValueError, match="--raw"):
         ss.row_stalls({k: v for k, v in row.items() if k != "raw"})
+
+
+def test_sanitize_case_fp16_errors_file_round_trip(tmp_path):
+    """sanitize_case --fp16-errors: what the plain run writes, the sanitized runs read back
+    under the same keys (one per shape, group size and symmetry); a missing file is empty."""
+    sc = _load("sanitize_case")
+    path = tmp_path / "fp16_errors.json"
+    assert sc.load_baseline(path) == {} and sc.load_baseline(None) == {}
+    keys = {sc.baseline_key(1, 512, 512, True, 128), sc.baseline_key(1, 512, 512, False, 128),
+            sc.baseline_key(1, 512, 512, True, -1), sc.baseline_key(7, 512, 512, True, 128)}
+    assert len(keys) == 4
+    errors = {k: 1e-4 * (i + 1) for i, k in enumerate(sorted(keys))}
+    import json
+    path.write_text(json.dumps(errors))
+    assert sc.load_baseline(path) == errors
