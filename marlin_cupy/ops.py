@@ -275,6 +275,26 @@ class Plan(NamedTuple):
     locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk)
 
 
+#: FP16 partial sums (``fp32_reduce=False``, name ``_fp16``) are rounded to FP16 at every
+#: hand-over of a split column, so their error grows with the CTAs that share a column: with 16
+#: of them it exceeded DESIGN.md s.6's bound (2x cuBLAS FP16's error + 1e-4) on the H200
+#: (benchmarks/NOTES.md entry 70). Such configs get a grid on which no column has more sharers.
+FP16_REDUCE_MAX_SHARERS = 4
+
+
+def fp16_reduce_grid(units: int, k_tiles: int, grid: int,
+                     max_sharers: int = FP16_REDUCE_MAX_SHARERS) -> int:
+    """A grid, at most ``grid``, on which no column is shared by more than ``max_sharers`` CTAs:
+    a column of ``k_tiles`` consecutive units meets at most ``ceil((k_tiles - 1) / iters) + 1``
+    stripes of ``iters = ceil(units / grid)`` units, so the stripes must be at least ``need =
+    ceil((k_tiles - 1) / (max_sharers - 1))`` long; the largest grid that gives them that."""
+    if k_tiles <= max_sharers:
+        return grid
+    need = -(-(k_tiles - 1) // (max_sharers - 1))    # >= 2 here
+    # ceil(units / g) >= need  <=>  g < units / (need - 1)
+    return max(1, min(grid, -(-units // (need - 1)) - 1))
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
           config: KernelConfig | None, max_ctas: int | None, pdl: bool = False) -> Plan:
@@ -313,6 +333,8 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         n_locks = stripes + 1   # a counter per column (at its top chunk), then the draws'
     else:
         grid = min(units, cap)
+        if not cfg.fp32_reduce:
+            grid = fp16_reduce_grid(units, k // cfg.tile_k, grid)
         stripes = n_locks = grid
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).

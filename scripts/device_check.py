@@ -15,8 +15,8 @@ Writes OUTDIR/device_check.json (DESIGN.md s.8, validated) and OUTDIR/device_che
 
 Environment variables:
   SKIP_PYTEST=1, SKIP_SANITIZER=1, SKIP_BENCH=1   leave a stage out
-  GPU_TESTS_TIMEOUT (default 300), SANITIZER_TIMEOUT (per tool, default 120),
-  BENCH_TIMEOUT (default 150), DEVICE_CHECK_BUDGET (whole run, default 560) in seconds
+  GPU_TESTS_TIMEOUT (default 420), SANITIZER_TIMEOUT (per tool, default 120),
+  BENCH_TIMEOUT (default 150), DEVICE_CHECK_BUDGET (whole run, default 580) in seconds
   PYTEST_ARGS    extra pytest arguments, e.g. "-k odd_m -x"
   SANITIZE_ARGS  arguments for sanitize_case.py, e.g. "--all-configs"
   MARLIN_GIT_COMMIT  the commit this tree came from, when it has no .git
@@ -213,7 +213,7 @@ def stage_pytest(out: Path, budget: Budget) -> tuple:
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-ra", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *shlex.split(os.environ.get("PYTEST_ARGS", ""))]
     run = run_logged(cmd, out / "logs" / "pytest_gpu.log",
-                     budget.clamp(_env_seconds("GPU_TESTS_TIMEOUT", 300)), interrupt_first=True)
+                     budget.clamp(_env_seconds("GPU_TESTS_TIMEOUT", 420)), interrupt_first=True)
     stage = _public(run)
     if junit.is_file():
         counts = parse_junit(junit)
@@ -356,7 +356,7 @@ def main(argv=None) -> int:
         return 2
     out = Path(argv[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    budget = Budget(_env_seconds("DEVICE_CHECK_BUDGET", 560))
+    budget = Budget(_env_seconds("DEVICE_CHECK_BUDGET", 580))
 
     env = records.environment()
     env["versions"]["nvidia_driver"] = stage_nvidia_smi(out)

@@ -160,6 +160,38 @@ class TestOddShapes:
         assert y.shape == (0, 128)
 
 
+#: FP16 partial sums (``_fp16``): one instance of each tile shape and scale layout.
+FP16_REDUCE = tuple({(c.threads, c.thread_m_blocks, c.thread_n_blocks, c.thread_k_blocks,
+                      c.group_blocks == -1, c.wgmma): c
+                     for c in INSTANTIATED if not c.fp32_reduce}.values())
+
+
+class TestFp16Reduction:
+    """FP16 partial sums are rounded at every hand-over of a split column; ops caps the grid
+    so that at most FP16_REDUCE_MAX_SHARERS CTAs share one (NOTES.md entry 70: 16 sharers gave
+    2.42x cuBLAS's error). Deep K, narrow N: without the cap every column would have 12-48."""
+
+    @pytest.mark.parametrize("cfg", FP16_REDUCE, ids=lambda c: c.name)
+    def test_deep_k_within_the_bound(self, cfg):
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        group = -1 if cfg.group_blocks == -1 else 16 * cfg.group_blocks
+        k, n = max(48 * cfg.tile_k, 1024), 3 * cfg.tile_n
+        k_tiles = k // cfg.tile_k
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in ((1, 8) if cfg.max_m == 8 else (1, 17, 2 * cfg.tile_m + 5)):
+                for max_ctas in (None, 97):
+                    grid = ops.plan(m, n, k, group, not sym, cfg, max_ctas).grid
+                    units = k_tiles * (n // cfg.tile_n) * -(-m // cfg.tile_m)
+                    iters = -(-units // grid)
+                    assert -(-(k_tiles - 1) // iters) + 1 <= ops.FP16_REDUCE_MAX_SHARERS
+                    x_h = rng.standard_normal((m, k)).astype(np.float16)
+                    judge(x_h, qw, run(x_h, mw, config=cfg, max_ctas=max_ctas))
+
+
 class TestParallelReduction:
     """The parallel reduction adds the same partials in the same order as the serial one
     (bottom CTA first), so the two agree in value (the sum starts from +0: an exact zero may

@@ -339,3 +339,44 @@ def test_early_bottom_serial_chain_same_bits_and_zero_workspace(k_tiles, columns
             acc = _f32(partial[(col, cta)] + acc)
         return acc
     assert_same_bits_and_zero(sums, shipped, split, locks, slots)
+
+
+# ---- FP16 partial sums (fp32_reduce=False): ops caps the grid so that no column is shared by
+# more than FP16_REDUCE_MAX_SHARERS CTAs (each hand-over rounds the running sum to FP16;
+# benchmarks/NOTES.md entry 70).
+
+@settings(max_examples=600, deadline=None)
+@given(st.integers(1, 160), st.integers(1, 300), st.integers(1, 264), st.integers(2, 8))
+def test_fp16_reduce_grid_keeps_the_sharers_and_is_the_largest(k_tiles, columns, cap, sharers):
+    from marlin_cupy.ops import fp16_reduce_grid
+
+    def most_sharers(grid):
+        iters = -(-k_tiles * columns // grid)
+        return max((c * k_tiles + k_tiles - 1) // iters - (c * k_tiles) // iters + 1
+                   for c in range(columns))
+    units = k_tiles * columns
+    cap = min(cap, units)
+    grid = fp16_reduce_grid(units, k_tiles, cap, sharers)
+    assert 1 <= grid <= cap
+    assert most_sharers(grid) <= sharers or grid == 1
+    # and the partition model agrees with the count above
+    for ends in column_ends(k_tiles, columns, grid).values():
+        for col, top, bottom, _ in ends:
+            assert bottom - top + 1 <= sharers or grid == 1
+    # the largest grid whose stripes are long enough for the bound above
+    if k_tiles > sharers:
+        need = -(-(k_tiles - 1) // (sharers - 1))
+        assert -(-units // grid) >= need or grid == 1
+        if grid < cap:
+            assert -(-units // (grid + 1)) < need
+    else:
+        assert grid == cap
+
+
+def test_fp16_reduce_grid_on_the_case_that_broke_the_bound():
+    """sanitize_case at 92ed3c7: t128_m2_n8_k4_s6_gc_fp16, M=17 K=1024 N=768 had 16 CTAs on
+    every column (96 units, 96 CTAs) and 2.42x cuBLAS's error; now a grid of 23 (stripes of 5
+    units: 20 CTAs with work), at most 4 on one column."""
+    from marlin_cupy.ops import fp16_reduce_grid
+    assert fp16_reduce_grid(96, 16, 96) == 23
+    assert fp16_reduce_grid(96 * 50, 16, 132) == 132      # long stripes already: no change
