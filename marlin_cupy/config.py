@@ -480,6 +480,23 @@ def _heuristic_shape(n: int, k: int):
     return None
 
 
+def fit_tuned(tuned: KernelConfig | None, m: int, n: int, k: int, has_zp: bool = False,
+              smem_limit: int = 232448) -> KernelConfig | None:
+    """A tuned table's entry as the dispatch runs it for this problem, or None where it does
+    not fit (then the heuristic decides): an unswapped tile takes as many 16-row blocks as M
+    needs; a swapped one (wgmma included) has its row blocks fixed by the swap and serves any
+    M up to max_m."""
+    if tuned is None:
+        return None
+    if tuned.swap_ab == 0:
+        tuned = tuned.with_(thread_m_blocks=min(MAX_M_BLOCKS, max(1, -(-m // 16))))
+    if not tuned.problems() and n % tuned.tile_n == 0 and k % tuned.tile_k == 0 \
+            and tuned.smem_bytes(has_zp) <= smem_limit \
+            and (tuned.max_m is None or m <= tuned.max_m):
+        return tuned
+    return None
+
+
 def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
                   smem_limit: int = 232448, device_name: str | None = None) -> KernelConfig:
     """The default configuration for a problem (the dispatch of ``mc.matmul``).
@@ -492,16 +509,9 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     if device_name:
         from .tune import lookup
-        tuned = lookup(device_name, m, n, k, group_size)
+        tuned = fit_tuned(lookup(device_name, m, n, k, group_size), m, n, k, has_zp, smem_limit)
         if tuned is not None:
-            # An unswapped tile takes as many 16-row blocks as M needs; a swapped one (wgmma
-            # included) has its row blocks fixed by the swap and serves any M up to max_m.
-            if tuned.swap_ab == 0:
-                tuned = tuned.with_(thread_m_blocks=mb)
-            if not tuned.problems() and n % tuned.tile_n == 0 and k % tuned.tile_k == 0 \
-                    and tuned.smem_bytes(has_zp) <= smem_limit \
-                    and (tuned.max_m is None or m <= tuned.max_m):
-                return tuned
+            return tuned
     shape = _heuristic_shape(n, k)
     if shape is None:
         raise ValueError(

@@ -96,19 +96,24 @@ def _key(n: int, k: int, group_size: int, bucket: int) -> str:
     return f"{n}x{k}_g{group_size}_m{bucket}"
 
 
+def table_entries(path: Path) -> dict:
+    """The entries of one tuned table file: ``{key: config name}``."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return {_key(e["n"], e["k"], e["group_size"], e["m_bucket"]): e["config"]
+                for e in data.get("entries", [])}
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"tuned table {path} is not valid ({err}); delete it or re-run "
+                         f"python -m marlin_cupy.tune.") from None
+
+
 @functools.lru_cache(maxsize=None)
 def load_table(device_name: str) -> dict:
     """Tuned entries for a device: ``{key: config name}``, the user's cache over the shipped one."""
     table = {}
     for path in (shipped_path(device_name), cache_path(device_name)):
         if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                for e in data.get("entries", []):
-                    table[_key(e["n"], e["k"], e["group_size"], e["m_bucket"])] = e["config"]
-            except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"tuned table {path} is not valid ({err}); delete it or re-run "
-                                 f"python -m marlin_cupy.tune.") from None
+            table.update(table_entries(path))
     return table
 
 
@@ -120,7 +125,11 @@ def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
     Only an entry measured at this group size is used: a tile tuned for g128 can spill or lose
     its edge at g32, so other group sizes are not guessed from it.
     """
-    table = load_table(device_name)
+    return lookup_in(load_table(device_name), m, n, k, group_size)
+
+
+def lookup_in(table: dict, m: int, n: int, k: int, group_size: int):
+    """``lookup`` in the entries ``table`` (``load_table`` or ``table_entries``)."""
     for b in M_BUCKETS[M_BUCKETS.index(m_bucket(m)):]:
         name = table.get(_key(n, k, group_size, b))
         if name is not None:

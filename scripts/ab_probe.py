@@ -1,7 +1,8 @@
-"""A/B of a compile-time switch of cuda/marlin.cuh, or of a config variant, on real layers
-(needs a GPU).
+"""A/B of a compile-time switch of cuda/marlin.cuh, of a config variant, or of two tuned
+tables, on real layers (needs a GPU).
 
-    python3 scripts/ab_probe.py OUT.json (--define NAME=VALUE[,NAME=VALUE] | --variant FIELD)
+    python3 scripts/ab_probe.py OUT.json (--define NAME=VALUE[,NAME=VALUE] | --variant FIELD
+                                          | --table-a TABLE.json)
                                 [--only-par]
                                 [--sets llama2-7b,llama2-13b,llama2-70b]
                                 [--m 1,8,16,32,48,64,128,256] [--top 0] [--zp]
@@ -30,6 +31,13 @@ field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.m
 ``early_bottom``: the early bottom, entry 69, bitwise equal to B), B
 the config itself; configs whose variant is not valid are skipped. With ``--define`` as well,
 the A config is built with those switches (a variant of the variant against the base).
+``--table-a TABLE``: A is what the tuned table file TABLE dispatches for each layer and M
+(its entry as ``matmul`` would run it; the heuristic's config where it has none), B the
+shipped table's, both plain builds: two tables in one run, the same data and order, so a
+re-tune's small entries can be told from the drift between machines (NOTES.md entry 70).
+Layers where both tables pick the same config are timed too, a control for the noise. The
+outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
+configs are the same.
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
 (``dyn_chunk=Q``, and ``parallel_reduce``, which it needs; NOTES.md entry 53). Its partials are
 cut and summed differently from B's, so the outputs are compared by their relative difference
@@ -51,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from marlin_cupy import jit, kernels, ops  # noqa: E402
+from marlin_cupy import config, jit, kernels, ops, tune  # noqa: E402
 from marlin_cupy.bench.harness import Timer, bench_stream, layer_cases  # noqa: E402
 from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
@@ -76,6 +84,9 @@ def main(argv=None) -> int:
                    help="compare outputs by their relative difference (at most this fraction "
                         "of B's norm) instead of bit for bit: for switches that change "
                         "roundings (MARLIN_WG_DEFER)")
+    p.add_argument("--table-a", default="",
+                   help="A: the config this tuned table file dispatches (B: the shipped "
+                        "table's), plain builds")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
@@ -102,8 +113,12 @@ def main(argv=None) -> int:
             p.error(str(e))
 
     prefix = define_line(a.define, "--define") if a.define else ""
-    if not prefix and not a.variant:
-        p.error("give --define (naming a switch), --variant, or both")
+    if a.table_a and (prefix or a.variant or a.base_define or a.top or a.only_par):
+        p.error("--table-a compares two tables' dispatch on plain builds: no --define, "
+                "--variant, --base-define, --top or --only-par with it")
+    if not prefix and not a.variant and not a.table_a:
+        p.error("give --define (naming a switch), --variant, or both; or --table-a")
+    table_a = tune.table_entries(a.table_a) if a.table_a else None
     b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
@@ -121,14 +136,27 @@ def main(argv=None) -> int:
                         if (c.parallel_reduce or not a.only_par)
                         and (not a.variant or variant(c) is not None)]
             for (k, n) in shapes for m in ms}
-    cfgs = {c for cs in plan.values() for c in cs}
     zp = a.zp
-    # A runs config a_cfgs[c] (c itself without --variant), built with the --define switches.
-    a_cfgs = {c: variant(c) if a.variant else c for c in cfgs}
+
+    def table_a_config(k, n, m):
+        """What --table-a's table dispatches here (choose_config's rule, on that table)."""
+        return (config.fit_tuned(tune.lookup_in(table_a, m, n, k, a.group_size), m, n, k, zp,
+                                 facts["smem_optin"])
+                or config.choose_config(m, n, k, a.group_size, zp, facts["smem_optin"]))
+
+    # A runs config a_cfgs[key, c] (c itself without --variant or --table-a), built with the
+    # --define switches.
+    a_cfgs = {(key, c): (table_a_config(*key) if table_a is not None
+                         else variant(c) if a.variant else c)
+              for key, cs in plan.items() for c in cs}
+    cfgs = {c for cs in plan.values() for c in cs}
+    a_set = set(a_cfgs.values())
     jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
-                   + [(prefix + kernels.marlin_source(a_cfgs[c], zp), c.arch_suffix)
-                      for c in cfgs], os.cpu_count() or 4)
-    a_kernels = {c: ops.build_kernel(a_cfgs[c], zp, prefix=prefix) for c in cfgs}
+                   + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in a_set],
+                   os.cpu_count() or 4)
+    # Without switches the A build of a config the shipped table also runs is that same
+    # kernel (--table-a), so the check below that the launch holds the A build is moot there.
+    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in a_set}
     b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
@@ -143,9 +171,9 @@ def main(argv=None) -> int:
         for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng, zero_points=zp):
             copies = len(mws)
             for cfg in plan[(k, n, m)]:
-                acfg = a_cfgs[cfg]
+                acfg = a_cfgs[(k, n, m), cfg]
                 row = {"k": k, "n": n, "m": m, "config": cfg.name}
-                if a.variant:
+                if a.variant or table_a is not None:
                     row["a_config"] = acfg.name
                 try:
                     run_b = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
@@ -155,17 +183,17 @@ def main(argv=None) -> int:
                     # measurements falls on both builds alike.
                     for build in "ABBA":
                         if build == "A":
-                            with ops.use_kernel(acfg, a_kernels[cfg], has_zp=zp):
+                            with ops.use_kernel(acfg, a_kernels[acfg], has_zp=zp):
                                 # The launch path must really take the A build.
                                 assert ops.plan(m, n, k, a.group_size, has_zp=zp,
-                                                config=acfg).kernel is a_kernels[cfg]
+                                                config=acfg).kernel is a_kernels[acfg]
                                 y_old = ops.matmul(x, mws[0], config=acfg)
                                 t_old.append(timer.measure(run_a, copies).stats.median_us)
                         else:
                             with build_b(cfg):
                                 held = ops.plan(m, n, k, a.group_size, has_zp=zp,
                                                 config=cfg).kernel
-                                assert held is not a_kernels[cfg]
+                                assert table_a is not None or held is not a_kernels[acfg]
                                 assert not b_prefix or held is b_kernels[cfg]
                                 y_new = ops.matmul(x, mws[0], config=cfg)
                                 t_new.append(timer.measure(run_b, copies).stats.median_us)
@@ -175,8 +203,8 @@ def main(argv=None) -> int:
                     rel = float(cp.linalg.norm(d) / cp.linalg.norm(y_new.astype(cp.float64)))
                     # dyn: other partial sums, so other roundings; else the same bits
                     # (unless --rel-tol says the switch rounds differently).
-                    same = (rel <= 2e-3 if dyn_q else rel <= a.rel_tol if a.rel_tol > 0
-                            else equal)
+                    same = (rel <= 2e-3 if dyn_q or (table_a is not None and acfg != cfg)
+                            else rel <= a.rel_tol if a.rel_tol > 0 else equal)
                 except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
                     rows.append(dict(row, error=repr(e)))
                     print(f"{k}x{n} m={m} {cfg.name}: ERROR {e!r}", flush=True)
@@ -201,6 +229,7 @@ def main(argv=None) -> int:
               f"({b / nb - 1:+.1%})")
     with open(a.out, "w") as f:
         json.dump({"kind": "ab_probe", "define": a.define or None, "variant": a.variant or None,
+                   "table_a": a.table_a or None,
                    "base_define": a.base_define or None,
                    "rel_tol": a.rel_tol or None,
                    "sets": a.sets, "zero_points": zp,

@@ -40,8 +40,8 @@ def set_sums(rows, sets):
 
 def render(path, record, sums):
     lines = [f"## `{path}`", "",
-             f"A: `{record.get('define') or record.get('variant')}`, B: "
-             f"`{record.get('base_define') or 'the shipped build'}`; kernel "
+             f"A: `{record.get('define') or record.get('variant') or record.get('table_a')}`, "
+             f"B: `{record.get('base_define') or ('the shipped table' if record.get('table_a') else 'the shipped build')}`; kernel "
              f"{str(record.get('environment', {}).get('git_commit', '?'))[:12]}, "
              f"table {str(record.get('table_commit', '?'))[:12]}"
              f"{', zero points' if record.get('zero_points') else ''}.", "",

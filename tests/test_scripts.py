@@ -285,6 +285,8 @@ def test_stripe_balance_depths_shorten_or_fill_the_stripes():
     (["--variant", "dyn=0"], "dyn=Q wants a positive number of units per chunk"),
     (["--variant", "dyn=x"], "dyn=Q wants a positive number of units per chunk"),
     (["--define", "MARLIN_BULK=1", "--base-define", "bulk=1"], "--base-define: 'bulk=1'"),
+    (["--table-a", "t.json", "--variant", "producer"], "--table-a compares two tables"),
+    (["--table-a", "t.json", "--top", "2"], "--table-a compares two tables"),
 ])
 def test_ab_probe_refuses_malformed_switches(args, message, tmp_path, monkeypatch, capsys):
     """ab_probe parses its switches as $MARLIN_CUPY_DEFINES does, before touching a GPU."""

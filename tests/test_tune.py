@@ -259,3 +259,28 @@ def test_early_bottom_twins_only_where_they_apply():
         assert len(eb) == sum(1 for c in base if not c.with_(early_bottom=True).problems())
     assert not any(c.early_bottom for c in tune.candidates(
         32, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True, early_bottom=True))
+
+
+def test_a_table_file_dispatches_as_the_device_table_does(tmp_path, monkeypatch):
+    """tune.table_entries + lookup_in + config.fit_tuned (what ab_probe --table-a runs) give
+    the shipped H200 table's dispatch for every entry, and another file its own entries."""
+    from marlin_cupy.config import choose_config, fit_tuned
+    monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))     # no user cache in the way
+    tune.load_table.cache_clear()
+    try:
+        name = "NVIDIA H200"
+        path = tune.shipped_path(name)
+        entries = tune.table_entries(path)
+        data = json.loads(path.read_text())
+        for e in data["entries"]:
+            m, n, k = e["m"], e["n"], e["k"]
+            want = choose_config(m, n, k, 128, device_name=name)
+            assert fit_tuned(tune.lookup_in(entries, m, n, k, 128), m, n, k) == want
+        other = tmp_path / "other.json"
+        e = data["entries"][0]
+        other.write_text(json.dumps({"entries": [dict(e, config="t256_m1_n8_k8_s4_g8_fp32")]}))
+        got = tune.lookup_in(tune.table_entries(other), e["m"], e["n"], e["k"], 128)
+        assert got == KernelConfig.from_name("t256_m1_n8_k8_s4_g8_fp32")
+        assert tune.lookup_in(tune.table_entries(other), 4096, 64, 64, 128) is None
+    finally:
+        tune.load_table.cache_clear()
