@@ -193,10 +193,13 @@ def parse_buckets(text: str) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
-def merge_tables(base: dict, new: dict, shapes, buckets) -> dict:
+def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.0) -> dict:
     """``base`` with the (layer, bucket) pairs that ``new`` tuned replaced by ``new``'s
     measurements and entries; everything else, and ``base``'s other keys, kept. The result
-    carries ``new``'s provenance (commit, date, versions) and names the merged pairs."""
+    carries ``new``'s provenance (commit, date, versions) and names the merged pairs. With
+    ``keep_within`` (a fraction) a pair keeps ``base``'s config where ``new`` measured it at
+    most that much slower than its winner; the incumbents are stored with the rule, so that
+    ``--reselect`` applies it again."""
     tuned = {(n, k, b) for (k, n) in shapes for b in buckets}
 
     def key_m(r):
@@ -213,21 +216,52 @@ def merge_tables(base: dict, new: dict, shapes, buckets) -> dict:
             out.pop(field, None)
     out["measurements"] = [r for r in base["measurements"] if key_m(r) not in tuned] + \
         new["measurements"]
-    out["entries"] = [e for e in base["entries"] if key_e(e) not in tuned] + new["entries"]
+    new_entries = new["entries"]
+    incumbents = [e for e in base["entries"] if key_e(e) in tuned]
+    if keep_within > 0 and new_entries:
+        new_entries = select_entries(new["measurements"], new_entries[0]["group_size"],
+                                     incumbents={key_e(e): e["config"] for e in incumbents},
+                                     keep_within=keep_within)
+    out["entries"] = [e for e in base["entries"] if key_e(e) not in tuned] + new_entries
     out.pop("reselected", None)
     out["merged"] = {"base_git_commit": base.get("git_commit"), "base_date": base.get("date"),
                      "buckets": list(buckets), "layers": sorted({(k, n) for (k, n) in shapes})}
+    if keep_within > 0:
+        out["merged"]["keep_within"] = keep_within
+        out["merged"]["incumbents"] = [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"],
+                                        "config": e["config"]} for e in incumbents]
     return out
 
 
-def select_entries(measurements, group_size: int, allowed=lambda cfg: True) -> list:
-    """The fastest allowed config per (N, K, M bucket) among stored measurements."""
+def stored_incumbents(table: dict):
+    """``(incumbents, keep_within)`` of a table merged with ``--keep-within`` (else None, 0)."""
+    merged = table.get("merged") or {}
+    if not merged.get("keep_within"):
+        return None, 0.0
+    return ({(e["n"], e["k"], e["m_bucket"]): e["config"] for e in merged.get("incumbents", [])},
+            float(merged["keep_within"]))
+
+
+def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
+                   incumbents=None, keep_within: float = 0.0) -> list:
+    """The fastest allowed config per (N, K, M bucket) among stored measurements; or, with
+    ``incumbents`` ({(N, K, bucket): config name}, the entries of the table a re-tune
+    started from), the incumbent where it is allowed and was measured at most ``keep_within``
+    (a fraction) slower than the fastest in the same run: a winner by less than the run's
+    noise does not replace it (NOTES.md entry 70)."""
     best = {}
     for r in measurements:
         cfg = KernelConfig.from_name(r["config"])
         key = (r["n"], r["k"], m_bucket(r["m"]))
         if (key not in best or r["median_us"] < best[key]["median_us"]) and allowed(cfg):
             best[key] = r
+    if incumbents and keep_within > 0:
+        for r in measurements:
+            key = (r["n"], r["k"], m_bucket(r["m"]))
+            if key in best and incumbents.get(key) == r["config"] \
+                    and r["median_us"] <= best[key]["median_us"] * (1 + keep_within) \
+                    and allowed(KernelConfig.from_name(r["config"])):
+                best[key] = r
     return [{"n": n, "k": k, "group_size": group_size, "m_bucket": b, "m": r["m"],
              "config": r["config"], "median_us": r["median_us"]}
             for (n, k, b), r in best.items()]
@@ -377,6 +411,10 @@ def main(argv=None) -> int:
     p.add_argument("--merge", metavar="TABLE",
                    help="with --buckets: start from TABLE and replace only the tuned buckets' "
                         "measurements and entries of the tuned layers (same device and group size)")
+    p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
+                   help="with --merge: keep TABLE's config for a tuned pair where this run "
+                        "measured it at most PCT percent slower than the winner (default 0: "
+                        "the fastest wins)")
     a = p.parse_args(argv)
     try:
         buckets = parse_buckets(a.buckets)
@@ -384,6 +422,10 @@ def main(argv=None) -> int:
         p.error(str(e))
     if a.merge and not a.buckets:
         p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
+    if a.keep_within and not a.merge:
+        p.error("--keep-within needs --merge (the incumbents are TABLE's entries)")
+    if a.keep_within < 0:
+        p.error("--keep-within is a percentage, at least 0")
     if a.reselect:
         path = Path(a.reselect)
         table = json.loads(path.read_text())
@@ -394,8 +436,9 @@ def main(argv=None) -> int:
                 verdict[cfg.name] = not spills(cfg, a.arch)
             return verdict[cfg.name]
 
+        incumbents, keep_within = stored_incumbents(table)
         table["entries"] = select_entries(table["measurements"], table["entries"][0]["group_size"],
-                                          allowed)
+                                          allowed, incumbents, keep_within)
         table["reselected"] = {"arch": a.arch, "dropped_spilling": sorted(
             n for n, ok in verdict.items() if not ok)}
         path.write_text(json.dumps(table, indent=1))
@@ -430,7 +473,7 @@ def main(argv=None) -> int:
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
                  early_bottom=a.early_bottom)
     if base is not None:
-        table = merge_tables(base, table, shapes, buckets)
+        table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))

@@ -237,6 +237,44 @@ class TestPartialRetune:
         assert "reselected" not in out   # the merged table must be reselected again
         assert base == snapshot   # the base table is not modified
 
+    def test_merge_keeps_the_incumbent_within_the_margin(self, tmp_path):
+        """--keep-within: a winner by less than the margin does not replace the base table's
+        config; one by more does; the rule is stored and --reselect applies it again."""
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        base = self._table("old", [
+            {"n": 8192, "k": 8192, "m": 8, "config": a, "median_us": 20.0},
+            {"n": 8192, "k": 8192, "m": 8, "config": b, "median_us": 30.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": a, "median_us": 10.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": b, "median_us": 12.0},
+        ])
+        assert {e["config"] for e in base["entries"]} == {a}
+        new = self._table("new", [
+            {"n": 8192, "k": 8192, "m": 8, "config": a, "median_us": 20.1},   # 0.5 % slower
+            {"n": 8192, "k": 8192, "m": 8, "config": b, "median_us": 20.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": a, "median_us": 10.5},   # 5 % slower
+            {"n": 4096, "k": 4096, "m": 8, "config": b, "median_us": 10.0},
+        ])
+        shapes, buckets = [(8192, 8192), (4096, 4096)], (8,)
+
+        def by(t):
+            return {(e["n"], e["m_bucket"]): (e["config"], e["median_us"]) for e in t["entries"]}
+        plain = tune.merge_tables(base, new, shapes, buckets)
+        assert by(plain) == {(8192, 8): (b, 20.0), (4096, 8): (b, 10.0)}
+        assert "keep_within" not in plain["merged"]
+        kept = tune.merge_tables(base, new, shapes, buckets, keep_within=0.01)
+        assert by(kept) == {(8192, 8): (a, 20.1), (4096, 8): (b, 10.0)}
+        assert kept["merged"]["keep_within"] == 0.01
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(kept))
+        assert tune.main(["--reselect", str(path), "--arch", "sm_90"]) == 0
+        assert by(json.loads(path.read_text())) == by(kept)
+
+    def test_keep_within_needs_merge(self, capsys):
+        with pytest.raises(SystemExit):
+            tune.main(["--buckets", "8", "--keep-within", "1"])
+        assert "--keep-within needs --merge" in capsys.readouterr().err
+
     def test_merge_needs_buckets(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--merge", "x.json"])
