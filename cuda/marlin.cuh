@@ -69,10 +69,23 @@
 // in the rare case one was not written yet, and writes 0 back. It cuts those CTAs' extra
 // stream to 0.4-0.5 us, but its builds also reschedule the main loop (sass_identity --loop):
 // -0.7..+0.6 % summed at M = 1..16 in entry 69's A/B. The serial chain with FP32 partials
-// takes it too (prepared after that A/B, not yet run on a GPU): its bottom writes the slot and
-// leaves, the chain's second CTA adds those words, and every later turn moves down by one.
+// takes it too: its bottom writes the slot and leaves, the chain's second CTA adds those
+// words, and every later turn moves down by one (entry 70: +0.2..+1.1 %). The config variant
+// early_bottom (suffix _eb, template argument EARLY) is this switch for one instance; the
+// H200 table uses it on six M <= 8 entries (entry 70).
 #ifndef MARLIN_PAR_EARLY_BOTTOM
 #define MARLIN_PAR_EARLY_BOTTOM 0
+#endif
+
+// (Measurement, scripts/early_split_probe.py) 1: builds with the early bottom take it only
+// while the device word marlin_early_off is 0, read once per launch, so that one build (the
+// same SASS) runs with and without it: the early path's gain apart from the cost of the
+// schedule that its code gives the main loop (NOTES.md entries 69-70).
+#ifndef MARLIN_EARLY_RUNTIME
+#define MARLIN_EARLY_RUNTIME 0
+#endif
+#if MARLIN_EARLY_RUNTIME
+__device__ int marlin_early_off;
 #endif
 
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
@@ -957,6 +970,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   int* __restrict__ locks;
   int prob_m, prob_n, prob_k, parallel;
   int k_tiles, n_tiles, iters, unit_start, unit_end;
+#if MARLIN_EARLY_RUNTIME
+  int early_off;   // marlin_early_off at launch
+#endif
   int4* sh_a;
   int4* sh_b;
   int4* sh_s;
@@ -1584,6 +1600,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static constexpr bool EARLY_SERIAL = EARLY_ANY && !PAR_REDUCE;
   // Does split column `col` have an early bottom: does its bottom CTA's stripe go on past it?
   __device__ __forceinline__ bool early_bottom(int col, int bottom) const {
+#if MARLIN_EARLY_RUNTIME
+    if (early_off) return false;
+#endif
     return !bottom_ends_column(col * k_tiles, bottom);
   }
   __device__ __forceinline__ uint4* early_slot(int col) const {
@@ -2753,6 +2772,9 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   } else {
     k.iters = (units + gridDim.x - 1) / gridDim.x;
   }
+#if MARLIN_EARLY_RUNTIME
+  k.early_off = *static_cast<volatile int*>(&marlin_early_off);
+#endif
   k.unit_start = blockIdx.x * k.iters;
   k.unit_end = min(k.unit_start + k.iters, units);
   if (k.unit_start >= units) {  // more CTAs than units: this one has nothing to do

@@ -266,3 +266,16 @@ def test_early_bottom_config_variant_builds_the_switch(monkeypatch):
         plain = jit.compile_ptx(kernels.marlin_source(twin), "sm_90" + twin.arch_suffix)
         assert "st.relaxed.gpu.global.v4.u32" in ptx and "ld.relaxed.gpu.global.v4.u32" in ptx
         assert "relaxed.gpu.global.v4" not in plain
+
+
+def test_early_runtime_switch_is_one_device_word(monkeypatch):
+    """MARLIN_EARLY_RUNTIME 1 (scripts/early_split_probe.py): the _eb build reads the device
+    word marlin_early_off once and still holds the early path; builds without the switch have
+    no such word."""
+    cfg = KernelConfig.from_name("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_EARLY_RUNTIME=1")
+    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    assert ".global .align 4 .u32 marlin_early_off" in ptx
+    assert ptx.count("[marlin_early_off]") == 1 and "st.relaxed.gpu.global.v4.u32" in ptx
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES")
+    assert "marlin_early_off" not in jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")

@@ -472,3 +472,18 @@ def test_sanitize_case_fp16_errors_file_round_trip(tmp_path):
     import json
     path.write_text(json.dumps(errors))
     assert sc.load_baseline(path) == errors
+
+
+def test_early_split_probe_pairs_and_shares():
+    """early_split_probe: the twins it times, and the shares it reports from four times."""
+    pytest.importorskip("cupy")
+    from marlin_cupy.config import KernelConfig
+    es = _load("early_split_probe")
+    cfg = KernelConfig.from_name("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb")
+    p, e = es.pairs_for(cfg)
+    assert e == cfg and p == cfg.with_(early_bottom=False) and not p.early_bottom
+    assert es.pairs_for(p) == (p, e)
+    assert es.pairs_for(KernelConfig.from_name("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws")) is None
+    s = es.split({"P": 10.0, "E": 10.2, "R1": 10.1, "R0": 10.4})
+    assert s == pytest.approx({"end_us": -0.3, "schedule_us": 0.4, "total_us": 0.2})
+    assert es.ORDER == tuple(reversed(es.ORDER))   # symmetric: drifts fall on all alike
