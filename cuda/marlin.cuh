@@ -84,6 +84,16 @@
 #ifndef MARLIN_EARLY_RUNTIME
 #define MARLIN_EARLY_RUNTIME 0
 #endif
+
+// (Prepared, not yet measured; NOTES.md entry 70) 1: the summing CTA of a column with an early
+// bottom makes its sum once, in a loop that runs again only if an early word was not written
+// yet (those words read with volatile loads, so each pass reads them anew), instead of a
+// second copy of the sum for that case: in the _eb builds that copy made the main loop's
+// body, where ptxas lays the column's end, 1.8x as long (FADD 144 -> 400, LDG 28 -> 96 on
+// t256_m1_n8_k8_s8_g8_fp32par_sw1_eb), a suspect for the schedule's cost (entries 69-70).
+#ifndef MARLIN_EARLY_SUM_LOOP
+#define MARLIN_EARLY_SUM_LOOP 0
+#endif
 #if MARLIN_EARLY_RUNTIME
 __device__ int marlin_early_off;
 #endif
@@ -644,6 +654,16 @@ __device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const uint4* p) {
   else
     asm("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// A read that is made again every time the code runs (not merged with an earlier one, not
+// moved out of a loop), but that the compiler may schedule among other memory accesses: no
+// "memory" clobber (MARLIN_EARLY_SUM_LOOP).
+__device__ __forceinline__ uint4 ld_relaxed_gpu_v4_fresh(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 
@@ -1629,7 +1649,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     bool ready = true;
     uint4 words[NF];
 #pragma unroll
-    for (int f = 0; f < NF; f++) words[f] = ld_relaxed_gpu_v4<SPIN>(src + f * 32);
+    for (int f = 0; f < NF; f++) {
+#if MARLIN_EARLY_SUM_LOOP
+      words[f] = SPIN ? ld_relaxed_gpu_v4<true>(src + f * 32) : ld_relaxed_gpu_v4_fresh(src + f * 32);
+#else
+      words[f] = ld_relaxed_gpu_v4<SPIN>(src + f * 32);
+#endif
+    }
 #pragma unroll
     for (int f = 0; f < NF; f++) {
       uint4 w = words[f];
@@ -1970,6 +1996,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     const int col = n_tile * parallel + slab;
     const bool early = EARLY_BOTTOM && early_bottom(col, bottom);
     if (kw == 0) {
+#if MARLIN_EARLY_SUM_LOOP
+      // One copy of the sum, the early bottom's words first (its place in the order bottom..
+      // top); a pass that found one of them unwritten is made again, reading them anew.
+      bool ready;
+      do {
+        zero_frags<NF>(frags);
+        ready = !early || add_early<NF, false>(frags, col);
+        for (int cta = bottom - (early ? 1 : 0); cta >= top; cta--)
+          add_scratch<NF>(frags, partial_slot(cta, top));
+      } while (!ready);
+      if (early) clear_early<NF>(col);
+#else
       zero_frags<NF>(frags);
       if (early) {
         // The early bottom's partial first (it is the first in the order), outside the loop,
@@ -1988,6 +2026,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       } else {
         for (int cta = bottom; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
       }
+#endif
       if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
       else store_result(acc, slab, n_tile);
     }

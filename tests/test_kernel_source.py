@@ -279,3 +279,22 @@ def test_early_runtime_switch_is_one_device_word(monkeypatch):
     assert ptx.count("[marlin_early_off]") == 1 and "st.relaxed.gpu.global.v4.u32" in ptx
     monkeypatch.delenv("MARLIN_CUPY_DEFINES")
     assert "marlin_early_off" not in jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+
+
+def test_early_sum_loop_makes_the_sum_once(monkeypatch):
+    """MARLIN_EARLY_SUM_LOOP 1 (prepared, NOTES.md entry 70): the summing CTA's early words are
+    read at one site (the loop's volatile reads) instead of two (the first sum's and the
+    re-sum's), and the re-sum's spin is gone; builds without the early bottom do not change."""
+    cfg = KernelConfig.from_name("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb")
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    plain = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    twin = jit.compile_ptx(kernels.marlin_source(cfg.with_(early_bottom=False)), "sm_90")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_EARLY_SUM_LOOP=1")
+    loop = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    twin_loop = jit.compile_ptx(kernels.marlin_source(cfg.with_(early_bottom=False)), "sm_90")
+    reads = "ld.relaxed.gpu.global.v4.u32"
+    assert 0 < loop.count(reads) < plain.count(reads)
+    assert loop.count("add.f32") < plain.count("add.f32")
+    def code(ptx):   # line info moves with the source's lines
+        return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
+    assert code(twin_loop) == code(twin)
