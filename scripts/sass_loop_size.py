@@ -21,9 +21,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import sass_identity as si  # noqa: E402
+from marlin_cupy.config import KernelConfig  # noqa: E402
 
 
 def opcode(line: str) -> str:
@@ -51,7 +52,6 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         for item in a.instances:
             name, _, defines = item.partition("@")
-            from marlin_cupy.config import KernelConfig
             arch = a.arch + KernelConfig.from_name(name).arch_suffix
             lines = si.sass_lines(si.source_at(ROOT, name, False, defines), arch, Path(d),
                                   labels=True)
