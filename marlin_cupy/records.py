@@ -205,7 +205,16 @@ def write_json(path, record: dict, validate: bool = True) -> Path:
 
 
 def read_json(path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A record from ``path``; a name ending in ``.gz`` is read through gzip. Superseded
+    records under ``benchmarks/results/`` are stored compressed (``gzip -9n``, the same JSON
+    inside), so that the tree stays small enough to copy to the GPU machine (see that folder's
+    README.md)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        import gzip
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,13 +13,14 @@ A's change against B.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from marlin_cupy.records import read_json  # noqa: E402
 
 
 def set_sums(rows, sets):
@@ -59,8 +60,7 @@ def main(argv=None) -> int:
     from marlin_cupy.bench.shapes import SHAPE_SETS
     parts = []
     for path in a.records:
-        with open(path) as f:
-            record = json.load(f)
+        record = read_json(path)        # a .json.gz too
         sums = set_sums(record["rows"], SHAPE_SETS)
         if not sums:
             p.error(f"{path}: no set has a dispatched row for each of its layers")

@@ -23,13 +23,14 @@ the largest residual over the layers.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from marlin_cupy.records import read_json  # noqa: E402
 
 
 def fit(points):
@@ -93,8 +94,8 @@ def main(argv=None) -> int:
     p.add_argument("--m", default="1,8,16", help="batch sizes (default 1,8,16)")
     p.add_argument("--out")
     a = p.parse_args(argv)
-    record = json.loads(Path(a.bench).read_text())
-    read = json.loads(Path(a.read).read_text()) if a.read else None
+    record = read_json(a.bench)         # a .json.gz too
+    read = read_json(a.read) if a.read else None
     env = record.get("environment", record)
     lines = [f"# Fixed cost per launch and streaming rate: `{a.bench}`", "",
              f"Kernel {str(env.get('git_commit', '?'))[:12]}, {record.get('date', '?')}, "

@@ -363,6 +363,15 @@ def test_report_command_writes_table_and_plots(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+def test_report_reads_a_gzipped_record_and_names_its_outputs_without_the_suffixes(tmp_path):
+    import gzip
+    path = tmp_path / "old_bench.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(synthetic_record()).encode()))
+    out = report.write_report(report.load(path), path, plots=False)
+    assert [p.name for p in out] == ["old_bench.md"]
+    assert "| 1 | 3.00 | 0.64 |" in out[0].read_text()
+
+
 def test_report_recomputes_a_missing_summary(tmp_path):
     rec = synthetic_record()
     del rec["summary"]

@@ -9,7 +9,6 @@ the JSON does not.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from . import metrics
 
 
 def load(path) -> dict:
-    rec = json.loads(Path(path).read_text())
+    from ..records import read_json     # a .json.gz too
+    rec = read_json(path)
     if rec.get("kind") != "bench":
         raise ValueError(f"{path} is not a bench record (kind={rec.get('kind')!r}).")
     return rec
@@ -328,7 +328,7 @@ def write_report(rec, json_path, out_dir=None, plots: bool = True) -> list:
     json_path = Path(json_path)
     out = Path(out_dir) if out_dir else json_path.parent
     out.mkdir(parents=True, exist_ok=True)
-    stem = json_path.stem
+    stem = json_path.name.removesuffix(".gz").removesuffix(".json")
     md = out / f"{stem}.md"
     md.write_text(markdown(rec))
     written = [md]
