@@ -66,6 +66,16 @@ TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8, 16
                     192: (8, 16), 1 << 30: (8, 16)}
 #: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 192").
 BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 1 << 30: 256}
+#: Further M at which a bucket is measured; a config's score there is its times summed over
+#: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
+#: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
+#: alone cannot see.
+BUCKET_EXTRA_M = {8: (1,)}
+
+
+def bucket_ms(bucket: int) -> tuple:
+    """Every M at which the tuner measures ``bucket``, ascending (the upper end last)."""
+    return (*BUCKET_EXTRA_M.get(bucket, ()), BUCKET_M[bucket])
 
 
 def device_slug(name: str) -> str:
@@ -146,9 +156,10 @@ def _shipped_measurements(device_name: str) -> tuple:
 def measured_configs(device_name: str, m: int, n: int, k: int, top: int) -> list:
     """The ``top`` fastest configs, fastest first, that the shipped table's tuner run measured
     for (N, K) at M's bucket (probe scripts time them next to the dispatched config)."""
-    rows = sorted((r for r in _shipped_measurements(device_name)
-                   if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)),
-                  key=lambda r: r["median_us"])
+    rows = [r for r in _shipped_measurements(device_name)
+            if r["k"] == k and r["n"] == n and m_bucket(r["m"]) == m_bucket(m)]
+    top_m = max((r["m"] for r in rows), default=None)    # the bucket's upper M: one row each
+    rows = sorted((r for r in rows if r["m"] == top_m), key=lambda r: r["median_us"])
     return [KernelConfig.from_name(r["config"]) for r in rows[:top]]
 
 
@@ -248,23 +259,33 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
     ``incumbents`` ({(N, K, bucket): config name}, the entries of the table a re-tune
     started from), the incumbent where it is allowed and was measured at most ``keep_within``
     (a fraction) slower than the fastest in the same run: a winner by less than the run's
-    noise does not replace it (NOTES.md entry 70)."""
-    best = {}
+    noise does not replace it (NOTES.md entry 70).
+
+    Where a bucket was measured at more than one M (``BUCKET_EXTRA_M``), a config is scored by
+    its times summed over every M measured there, and only configs measured at all of them
+    compete. The entry then names those M (``ms``) and the sum (``summed_us``); its ``m`` and
+    ``median_us`` stay the bucket's upper M and the time there."""
+    times = {}                                  # (n, k, bucket) -> config -> {m: median_us}
     for r in measurements:
-        cfg = KernelConfig.from_name(r["config"])
         key = (r["n"], r["k"], m_bucket(r["m"]))
-        if (key not in best or r["median_us"] < best[key]["median_us"]) and allowed(cfg):
-            best[key] = r
-    if incumbents and keep_within > 0:
-        for r in measurements:
-            key = (r["n"], r["k"], m_bucket(r["m"]))
-            if key in best and incumbents.get(key) == r["config"] \
-                    and r["median_us"] <= best[key]["median_us"] * (1 + keep_within) \
-                    and allowed(KernelConfig.from_name(r["config"])):
-                best[key] = r
-    return [{"n": n, "k": k, "group_size": group_size, "m_bucket": b, "m": r["m"],
-             "config": r["config"], "median_us": r["median_us"]}
-            for (n, k, b), r in best.items()]
+        times.setdefault(key, {}).setdefault(r["config"], {})[r["m"]] = r["median_us"]
+    out = []
+    for (n, k, b), by_cfg in times.items():
+        ms = sorted({m for per_m in by_cfg.values() for m in per_m})
+        scored = {name: sum(per_m[m] for m in ms) for name, per_m in by_cfg.items()
+                  if len(per_m) == len(ms) and allowed(KernelConfig.from_name(name))}
+        if not scored:
+            continue
+        best = min(scored, key=lambda name: scored[name])
+        inc = (incumbents or {}).get((n, k, b))
+        if keep_within > 0 and inc in scored and scored[inc] <= scored[best] * (1 + keep_within):
+            best = inc
+        entry = {"n": n, "k": k, "group_size": group_size, "m_bucket": b, "m": ms[-1],
+                 "config": best, "median_us": by_cfg[best][ms[-1]]}
+        if len(ms) > 1:
+            entry.update(ms=ms, summed_us=scored[best])
+        out.append(entry)
+    return out
 
 
 def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
@@ -357,15 +378,17 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             mws = random_weight_rotation(k, n, group_size, rng)
             copies = len(mws)
             for b in buckets:
-                m = BUCKET_M[b]
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for cfg in candidates(m, n, k, group_size, facts["smem_optin"], wg,
+                xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                      for m in bucket_ms(b)}
+                for cfg in candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
                                       parallel_reduce, early_bottom):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
-                    meas = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg), copies)
-                    rows.append({"n": n, "k": k, "m": m, "config": cfg.name,
-                                 "median_us": meas.stats.median_us})
+                    for m, x in xs.items():      # each M of the bucket; scored summed
+                        meas = timer.measure(
+                            lambda i: ops.matmul(x, mws[i], config=cfg), copies)
+                        rows.append({"n": n, "k": k, "m": m, "config": cfg.name,
+                                     "median_us": meas.stats.median_us})
                 if bar is not None:
                     bar.update(1)
             del mws

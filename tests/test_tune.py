@@ -34,6 +34,41 @@ class TestSelection:
         entries = tune.select_entries(rows, 128)
         assert {e["m_bucket"]: e["config"] for e in entries}[16] == spills
 
+    def test_a_bucket_measured_at_several_m_is_scored_by_the_sum(self):
+        """Bucket 8 is measured at M = 1 and 8 (tune.BUCKET_EXTRA_M): the config with the
+        smaller sum wins even when another is faster at M = 8; a config measured at only one
+        of the two does not compete; the entry names the M and the sum."""
+        assert tune.bucket_ms(8) == (1, 8) and tune.bucket_ms(16) == (16,)
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        c = KernelConfig(256, 1, 8, 16, 4, 8, True).name
+        rows = [{"n": 8192, "k": 8192, "m": 8, "config": a, "median_us": 20.0},
+                {"n": 8192, "k": 8192, "m": 1, "config": a, "median_us": 20.0},
+                {"n": 8192, "k": 8192, "m": 8, "config": b, "median_us": 20.1},
+                {"n": 8192, "k": 8192, "m": 1, "config": b, "median_us": 19.7},
+                {"n": 8192, "k": 8192, "m": 8, "config": c, "median_us": 10.0}]   # no M = 1
+        (e,) = tune.select_entries(rows, 128)
+        assert (e["config"], e["m"], e["median_us"]) == (b, 8, 20.1)
+        assert e["ms"] == [1, 8] and e["summed_us"] == pytest.approx(39.8)
+        # the margin applies to the sums: a (40.0) is within 1 % of b (39.8)
+        (kept,) = tune.select_entries(rows, 128, incumbents={(8192, 8192, 8): a},
+                                      keep_within=0.01)
+        assert kept["config"] == a and kept["summed_us"] == pytest.approx(40.0)
+        # one M only (tables tuned before BUCKET_EXTRA_M): as before, no ms or sum
+        (old,) = tune.select_entries([r for r in rows if r["m"] == 8], 128)
+        assert old["config"] == c and "ms" not in old and "summed_us" not in old
+
+    def test_the_shipped_table_reselects_to_itself(self):
+        """The scoring by sums gives every stored entry back from the stored measurements."""
+        table = json.loads(tune.shipped_path("NVIDIA H200").read_text())
+        inc, keep = tune.stored_incumbents(table)
+        got = tune.select_entries(table["measurements"], table["entries"][0]["group_size"],
+                                  incumbents=inc, keep_within=keep)
+        def key(e):
+            return (e["n"], e["k"], e["m_bucket"])
+        assert {key(e): e["config"] for e in got} == \
+            {key(e): e["config"] for e in table["entries"]}
+
     def test_offline_spill_check_matches_the_compiler(self):
         # 64 rows x 512 columns in one warp row needs 128 accumulators: spills on sm_90.
         assert tune.spills(KernelConfig(256, 4, 32, 8, 3, 8, True), arch="sm_90")
