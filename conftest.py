@@ -36,12 +36,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    from marlin_cupy import records
+    from marlin_cupy import kernels, records
     reason = gpu_skip_reason()
     if reason is None:
         info = records.device_info()
-        return f"marlin-cupy: GPU {info['name']} ({info['sms']} SMs, cc {info['cc']})"
-    return f"marlin-cupy: no GPU, gpu-marked tests will be skipped ({reason})"
+        head = f"marlin-cupy: GPU {info['name']} ({info['sms']} SMs, cc {info['cc']})"
+    else:
+        head = f"marlin-cupy: no GPU, gpu-marked tests will be skipped ({reason})"
+    # An experimental build ($MARLIN_CUPY_DEFINES) says so in the log it leaves.
+    switches = kernels.defines()
+    return [head, "marlin-cupy: kernel defines " + (
+        ",".join(f"{k}={v}" for k, v in switches.items()) if switches else "none (shipped build)")]
 
 
 @pytest.fixture(scope="session")
