@@ -160,6 +160,28 @@ def test_sass_loop_mix_reads_the_opcode_through_a_predicate():
     assert lm.opcode("EXIT;") == "EXIT"
 
 
+def test_sm_spread_separates_the_sms_own_part_from_the_launch():
+    pytest.importorskip("numpy")
+    ss = _load("sm_spread")
+
+    def launch(streams, sm):
+        return [[0, 0, 0, 0, t, 0, 0] for t in streams], sm
+    # SM 3 is twice as slow in both launches: its own part, which a speed-aware partition
+    # removes (bound 1.0); the other SMs are the median.
+    s = ss.spread([launch([10, 10, 10, 20], [0, 1, 2, 3]),
+                   launch([10, 10, 10, 20], [0, 1, 2, 3])], [4, 4, 4, 4])
+    assert s["sm_part"] == {0: 1.0, 1: 1.0, 2: 1.0, 3: 2.0}
+    assert s["max_rel"] == [2.0, 2.0] and s["bound"] == [1.0, 1.0]
+    # A short last stripe is less work, not a fast SM.
+    s = ss.spread([launch([10, 10, 10, 5], [0, 1, 2, 3])], [4, 4, 4, 2])
+    assert s["sm_part"][3] == 1.0 and s["max"] == 1.0
+    # A slow CTA on another SM in each launch is the launch's, not the SM's: it stays.
+    s = ss.spread([launch([10, 10, 10, 15], [0, 1, 2, 3]),
+                   launch([15, 10, 10, 10], [0, 1, 2, 3])], [4, 4, 4, 4])
+    assert s["sm_part"][0] == s["sm_part"][3] == 1.25
+    assert s["bound"] == [1.2, 1.2]
+
+
 def test_l2_read_probe_keeps_the_slowest_cta():
     np = pytest.importorskip("numpy")
     lp = _load("l2_read_probe")
