@@ -43,10 +43,7 @@ def pytest_report_header(config):
         head = f"marlin-cupy: GPU {info['name']} ({info['sms']} SMs, cc {info['cc']})"
     else:
         head = f"marlin-cupy: no GPU, gpu-marked tests will be skipped ({reason})"
-    # An experimental build ($MARLIN_CUPY_DEFINES) says so in the log it leaves.
-    switches = kernels.defines()
-    return [head, "marlin-cupy: kernel defines " + (
-        ",".join(f"{k}={v}" for k, v in switches.items()) if switches else "none (shipped build)")]
+    return [head, "marlin-cupy: kernel defines " + kernels.describe_defines()]
 
 
 @pytest.fixture(scope="session")

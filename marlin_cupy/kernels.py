@@ -60,6 +60,13 @@ def defines() -> dict:
     return parse_defines(os.environ.get("MARLIN_CUPY_DEFINES", ""), "MARLIN_CUPY_DEFINES")
 
 
+def describe_defines() -> str:
+    """``defines()`` for a log: "NAME=INT,..." or "none (shipped build)", so that a run on an
+    experimental build says so in what it leaves."""
+    switches = defines()
+    return ",".join(f"{k}={v}" for k, v in switches.items()) or "none (shipped build)"
+
+
 def parse_defines(raw: str, what: str) -> dict:
     """``"NAME=INT,NAME=INT"`` as ``{NAME: value}`` (empty items skipped); ``what`` names the
     source in the error for a malformed item."""

@@ -21,8 +21,6 @@ stream ``units / sum(rate)`` are printed as well.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
@@ -33,6 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy.config import KernelConfig  # noqa: E402
+from marlin_cupy.records import read_json  # noqa: E402
 
 
 def stripe_units(units: int, grid: int) -> np.ndarray:
@@ -40,6 +39,13 @@ def stripe_units(units: int, grid: int) -> np.ndarray:
     iters = -(-units // grid)
     busy = -(-units // iters)
     return np.array([min(iters, units - i * iters) for i in range(busy)], dtype=float)
+
+
+def row_stripe_units(row: dict) -> np.ndarray:
+    """``stripe_units`` of a timeline row (its config, layer, M and grid)."""
+    cfg = KernelConfig.from_name(row["config"])
+    units = (row["k"] // cfg.tile_k) * (row["n"] // cfg.tile_n) * -(-row["m"] // cfg.tile_m)
+    return stripe_units(units, int(row["grid"]))
 
 
 def fluid_end(points: np.ndarray, units: np.ndarray) -> tuple:
@@ -62,10 +68,7 @@ def row_bound(row: dict) -> dict:
     if not row.get("raw"):
         raise ValueError(f"row {row.get('k')}x{row.get('n')} M={row.get('m')} has no raw "
                          f"points: record it with timeline_probe.py --raw")
-    cfg = KernelConfig.from_name(row["config"])
-    slabs = -(-row["m"] // cfg.tile_m)
-    units = (row["k"] // cfg.tile_k) * (row["n"] // cfg.tile_n) * slabs
-    per_cta = stripe_units(units, int(row["grid"]))
+    per_cta = row_stripe_units(row)
     out = []
     for launch in row["raw"]:
         pts = np.asarray(launch["points_ns"], dtype=float)[:len(per_cta)]
@@ -81,9 +84,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("timeline")
     a = p.parse_args(argv)
-    opener = gzip.open if a.timeline.endswith(".gz") else open
-    with opener(a.timeline, "rt") as f:
-        rec = json.load(f)
+    rec = read_json(a.timeline)         # plain or gzipped
     total = {}
     print("| layer | M | config | span | median stream | fluid stream | saving |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")

@@ -200,10 +200,8 @@ def main(argv=None) -> int:
     shapes = (tuple(tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s)
               or SHAPES)
 
-    from marlin_cupy.kernels import defines
-    switches = defines()                # an experimental build says so in the log it leaves
-    print("kernel defines: " + (",".join(f"{k}={v}" for k, v in switches.items())
-                                if switches else "none (shipped build)"), flush=True)
+    from marlin_cupy.kernels import describe_defines
+    print("kernel defines: " + describe_defines(), flush=True)
     import cupy as cp
     cp.cuda.set_allocator(None)         # one cudaMalloc per array, so memcheck sees the bounds
     smoke_ok = smoke()

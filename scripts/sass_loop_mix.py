@@ -21,22 +21,20 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import sass_identity as si  # noqa: E402
+from marlin_cupy.config import KernelConfig  # noqa: E402
+from sass_loop_size import opcode  # noqa: E402
 
 WORK = ("HMMA", "HGMMA", "LDGSTS", "LDSM", "LDS", "HFMA2", "HADD2", "HMUL2", "PRMT", "DEPBAR",
         "BAR", "FFMA", "F2FP")
 
 
-def opcode(line: str) -> str:
-    parts = line.split()
-    return (parts[1] if parts[0].startswith("@") else parts[0]).rstrip(";")
-
-
 def main_loop(name: str, arch: str) -> list:
     src = si.source_at(ROOT, name, False)
-    with tempfile.TemporaryDirectory() as d:
-        lines = si.sass_lines(src, arch, Path(d), labels=True)
+    with tempfile.TemporaryDirectory() as d:     # sm_90a for the wgmma configs
+        lines = si.sass_lines(src, arch + KernelConfig.from_name(name).arch_suffix, Path(d),
+                              labels=True)
     loops = si.hot_loops(lines)
     if not loops:
         raise SystemExit(f"{name}: no loop holds an MMA")

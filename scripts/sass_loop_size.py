@@ -28,8 +28,9 @@ from marlin_cupy.config import KernelConfig  # noqa: E402
 
 
 def opcode(line: str) -> str:
+    """The instruction's name, after its predicate if any (a ";" stuck to it dropped)."""
     parts = line.split()
-    return parts[1] if parts[0].startswith("@") and len(parts) > 1 else parts[0]
+    return (parts[1] if parts[0].startswith("@") and len(parts) > 1 else parts[0]).rstrip(";")
 
 
 def sizes(lines: list) -> dict:

@@ -5,7 +5,7 @@
     python3 scripts/sm_spread.py TIMELINE.json[.gz]
 
 Per layer, per launch: each CTA's stream time (first unit landed to the last column's
-epilogue) per unit of its stripe (``dynamic_bound.stripe_units``: the last stripe may be
+epilogue) per unit of its stripe (``dynamic_bound.row_stripe_units``: the last stripe may be
 short), relative to the launch's median CTA. Per SM the mean of its CTAs, then the mean over
 launches: the SM's own part, which a partition that gave each SM work by its measured speed
 could remove. Printed: that part's spread over the SMs (10th and 90th percentiles, max); the
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 from marlin_cupy.records import read_json  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from dynamic_bound import stripe_units  # noqa: E402
+from dynamic_bound import row_stripe_units  # noqa: E402
 
 
 def spread(launches, units) -> dict:
@@ -70,10 +70,7 @@ def main(argv=None) -> int:
         if not raw:
             continue
         found += 1
-        from marlin_cupy.config import KernelConfig
-        cfg = KernelConfig.from_name(row["config"])
-        units = (row["k"] // cfg.tile_k) * (row["n"] // cfg.tile_n) * -(-row["m"] // cfg.tile_m)
-        s = spread([(r["points_ns"], r["sm"]) for r in raw], stripe_units(units, int(row["grid"])))
+        s = spread([(r["points_ns"], r["sm"]) for r in raw], row_stripe_units(row))
         print(f"{row['k']}x{row['n']} m={row['m']} {row['config']} ({len(raw)} launches): "
               f"SM part p10 {s['p10']:.3f} p90 {s['p90']:.3f} max {s['max']:.3f}; slowest "
               f"CTA {min(s['max_rel']):.3f}-{max(s['max_rel']):.3f} of the median, without "

@@ -17,8 +17,6 @@ and in how many launches the CTA that streamed longest had one.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from marlin_cupy.config import KernelConfig  # noqa: E402
+from marlin_cupy.records import read_json  # noqa: E402
 
 
 def mid_stripe_splits(units: int, k_tiles: int, grid: int) -> np.ndarray:
@@ -95,9 +94,7 @@ def main(argv=None) -> int:
           "stream, µs | penalty | slowest has one |")
     print("| --- | --- | ---: | --- | --- | ---: | ---: |")
     for path in a.timelines:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            rec = json.load(f)
+        rec = read_json(path)           # plain or gzipped
         for row in rec["rows"]:
             s = row_stalls(row)
             groups = "; ".join(f"{v}: {g['ctas']}, {g['mean_us']:.2f} ({g['max_us']:.2f})"

@@ -152,8 +152,8 @@ def test_sass_identity_hot_loops_are_the_bodies_with_mmas():
     assert [len(x) for x in si.hot_loops(outer)] == [4, 6]
 
 
-def test_sass_loop_mix_reads_the_opcode_through_a_predicate():
-    lm = _load("sass_loop_mix")
+def test_sass_loop_size_reads_the_opcode_through_a_predicate():
+    lm = _load("sass_loop_size")
     assert lm.opcode("@!P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;") == \
         "LDGSTS.E.BYPASS.128"
     assert lm.opcode("HMMA.16816.F32 R, R, R, R ;") == "HMMA.16816.F32"
