@@ -20,7 +20,11 @@ second barrier before any CTA may exit. Two questions, both measured here:
    registers (the shapes of the kernel's tiles at M = 1, 16 and 64). From one timestamp to
    the next, every group produces the summed tile as FP16 in global memory, (a) through
    global memory as today (store, fence, count-in, wait for all, sum the slice from the L2),
-   (b) through the cluster's shared memory. Per launch the slowest CTA's time and the median
+   (b) through the cluster's shared memory, each CTA reading its slice from every CTA
+   (``dsmem``: two barriers), (c) each CTA storing every part of its partial straight into
+   the shared memory of the CTA that sums it (``push``: one barrier, local reads; ``push2``: with
+   a barrier before the stores too, as the kernel would need while its ring holds the
+   shared memory). Per launch the slowest CTA's time and the median
    CTA's are kept (``%globaltimer``), and the median over launches is reported, next to the
    kernels' event times. Both forms sum the C partials in rank order, so their outputs must
    be bitwise equal; the script checks that against a NumPy sum in the same order.
@@ -43,7 +47,7 @@ if str(ROOT) not in sys.path:
 THREADS = 256
 CLUSTERS = (1, 2, 3, 4)
 SHAPES = ((1, 128), (16, 256), (64, 128), (64, 256))   # rows x columns of a partial
-SPLITS = (2, 4)
+SPLITS = (2, 4)   # 4 only fits 120 SMs (30 clusters): its 128-CTA grids run in two waves
 CTAS = 128
 RESIDENT_SMEM = 200 << 10
 
@@ -110,7 +114,7 @@ __device__ __forceinline__ float value(int cta, int i) {
   return (float)((cta * 977 + i * 131) % 1999 - 999) * 0.0078125f;   // exact in FP32
 }
 
-template <int R, int N, int C, bool CLUSTER>
+template <int R, int N, int C, bool CLUSTER, bool PUSH, bool PRE = false>
 __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __half* out,
                                             unsigned long long* t) {
   constexpr int T4 = R * N / 4;                     // float4 in the tile
@@ -130,7 +134,34 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   const unsigned long long t0 = gtimer();
   const int lo = rank * T4 / C, hi = (rank + 1) * T4 / C;
   __half* o = out + (size_t)group * R * N;
-  if (CLUSTER) {
+  if (PUSH) {
+    // Each CTA stores every float4 straight into the shared memory of the CTA that sums it,
+    // at that CTA's slot for this rank; one barrier; each sums its own slots in rank order.
+    constexpr int SLICE = T4 / C;
+    const unsigned base = (unsigned)__cvta_generic_to_shared(part);
+    if (PRE) cluster_sync();   // in the kernel: no peer may store into a ring still in use
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < T4) {
+        const int owner = i / SLICE;
+        const unsigned dst = map_rank(base + 16u * (rank * SLICE + i - owner * SLICE), owner);
+        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "r"(dst), "f"(v[j].x), "f"(v[j].y), "f"(v[j].z), "f"(v[j].w) : "memory");
+      }
+    }
+    cluster_sync();
+    for (int i = lo + tid; i < hi; i += THREADS) {
+      float4 s = part[i - lo];
+#pragma unroll
+      for (int q = 1; q < C; q++) {
+        const float4 w = part[q * SLICE + i - lo];
+        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
+      }
+      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
+      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+    }
+  } else if (CLUSTER) {
 #pragma unroll
     for (int j = 0; j < P4; j++)
       if (tid + j * THREADS < T4) part[tid + j * THREADS] = v[j];
@@ -183,11 +214,19 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
       red_dsmem_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
                                 unsigned long long* t) { \
-    reduce_body<R, N, C, true>(ws, cnt, epoch, out, t); } \
+    reduce_body<R, N, C, true, false>(ws, cnt, epoch, out, t); } \
   extern "C" __global__ void __launch_bounds__(THREADS) \
       red_global_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
                                  unsigned long long* t) { \
-    reduce_body<R, N, C, false>(ws, cnt, epoch, out, t); }
+    reduce_body<R, N, C, false, false>(ws, cnt, epoch, out, t); } \
+  extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
+      red_push_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
+                               unsigned long long* t) { \
+    reduce_body<R, N, C, true, true>(ws, cnt, epoch, out, t); } \
+  extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
+      red_push2_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
+                                unsigned long long* t) { \
+    reduce_body<R, N, C, true, true, true>(ws, cnt, epoch, out, t); }
 '''
 
 
@@ -275,7 +314,7 @@ def main(argv=None) -> int:
         smem = r * n * 4
         for c in SPLITS:
             want = expected(r, n, c)
-            for form in ("global", "dsmem"):
+            for form in ("global", "dsmem", "push", "push2"):
                 f = mod.get_function(f"red_{form}_{r}_{n}_{c}")
                 f.max_dynamic_shared_size_bytes = max(smem, RESIDENT_SMEM)
                 cnt.fill(0)
