@@ -1,6 +1,7 @@
 """What a thread block cluster would buy the end of a split column (needs a GPU).
 
     python3 scripts/cluster_probe.py OUT.json [--reps 30]
+    python3 scripts/cluster_probe.py --md-from OUT.json        (the record as markdown; no GPU)
 
 Today the CTAs that share a column's K range sum their FP32 partials through global memory:
 each stores its partial, counts in on the column's counter, waits until every sharer did,
@@ -253,7 +254,39 @@ def expected(r: int, n: int, c: int) -> np.ndarray:
     return np.concatenate(out)
 
 
+def summary(record: dict) -> str:
+    """The probe's record as markdown: residency, then per partial shape and split the forms'
+    median and slowest CTA times and event times, and each form's saving against ``global``."""
+    out = [f"cluster_probe on {record['device']['name']} ({record['date']}), "
+           f"{record['ctas']} CTAs of {record['threads']} threads, median of "
+           f"{record['reps']} launches.", "",
+           "| cluster size | CTAs at once (of 264) | waves | event µs, 0.1 µs spins |",
+           "| ---: | ---: | ---: | ---: |"]
+    for r in record["residency"]:
+        out.append(f"| {r['cluster']} | {r['concurrent']} | {r['waves']} | "
+                   f"{r['event_us_short_spin']:.2f} |")
+    out += ["", "| partial (rows x cols, FP32) | split | form | median CTA µs | slowest CTA µs "
+            "| event µs | slowest CTA vs global | event vs global | bits as NumPy |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    base = {}
+    for r in record["reduce"]:
+        key = (r["rows"], r["cols"], r["split"])
+        if r["form"] == "global":
+            base[key] = r
+        g = base.get(key)
+        d_cta = r["slowest_cta_us"] - g["slowest_cta_us"] if g else float("nan")
+        d_ev = r["event_us"] - g["event_us"] if g else float("nan")
+        out.append(f"| {r['rows']} x {r['cols']} | {r['split']} | {r['form']} | "
+                   f"{r['median_cta_us']:.2f} | {r['slowest_cta_us']:.2f} | {r['event_us']:.2f} | "
+                   f"{d_cta:+.2f} | {d_ev:+.2f} | {'equal' if r['bitwise_equal_numpy'] else 'DIFFER'} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--md-from":
+        rec = json.loads(Path(sys.argv[2]).read_text())
+        print(summary(rec), end="")
+        return 0
     import cupy as cp
 
     from marlin_cupy.records import environment
@@ -346,6 +379,7 @@ def main(argv=None) -> int:
                 record["reduce"].append(row)
                 print(json.dumps(row), flush=True)
     Path(a.out).write_text(json.dumps(record, indent=1))
+    print(summary(record), end="")
     return 0
 
 

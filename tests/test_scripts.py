@@ -190,7 +190,7 @@ def test_l2_read_probe_keeps_the_slowest_cta():
     assert lp.slowest_ns(t.reshape(-1)) == 780.0     # as the kernel writes it: flat pairs
 
 
-@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe"])
+@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe", "cluster_probe"])
 def test_probe_kernels_compile_for_sm90a_without_spills(name):
     """The standalone probes' kernels (built from strings, so check_compile does not see them)
     compile through NVRTC for sm_90a with no local memory."""
@@ -517,3 +517,35 @@ def test_early_split_probe_pairs_and_shares():
     s = es.split({"P": 10.0, "E": 10.2, "R1": 10.1, "R0": 10.4})
     assert s == pytest.approx({"end_us": -0.3, "schedule_us": 0.4, "total_us": 0.2})
     assert es.ORDER == tuple(reversed(es.ORDER))   # symmetric: drifts fall on all alike
+
+
+def test_cluster_probe_expected_sums_each_group_in_rank_order():
+    """The probe checks all three forms against this: group g's tile is the FP32 sum of CTAs
+    g*C .. g*C + C - 1's partials, in that order, rounded to FP16 once."""
+    np = pytest.importorskip("numpy")
+    cl = _load("cluster_probe")
+    r, n, c = 1, 128, 2
+    want = cl.expected(r, n, c)
+    assert want.dtype == np.float16 and want.size == (cl.CTAS // c) * r * n
+    i = np.arange(r * n)
+    v = [((cta * 977 + i * 131) % 1999 - 999) * 0.0078125 for cta in (2, 3)]
+    assert np.array_equal(want[r * n: 2 * r * n], (v[0] + v[1]).astype(np.float16))
+
+
+def test_cluster_fit_pairs_deal_whole_columns_and_halve_k():
+    from marlin_cupy.config import KernelConfig
+    cf = _load("cluster_fit")
+    # 4096x4096 at M = 1 with 128x256 tiles: 32 columns of 16 K units over 132 CTAs (4-unit
+    # stripes, 128 CTAs busy; a column meets 5 of them where stripes cut it mid-way)...
+    cfg = KernelConfig.from_name("t256_m1_n8_k16_s6_g8_fp32par_sw1")
+    t = cf.today(cfg, 1, 4096, 4096, 132)
+    assert (t["units"], t["cols"], t["k_units"], t["iters"], t["ctas"]) == (512, 32, 16, 4, 128)
+    assert t["sharers"] == 5
+    # ...as pairs: 66 pairs, one round of columns, 8 units per CTA: 32 of 66 pairs busy.
+    p = cf.pairs(cfg, 1, 4096, 4096, 132)
+    assert (p["pairs"], p["rounds"], p["half"]) == (66, 1, 8)
+    assert p["eff"] == 512 / (132 * 8)
+    # The 64-wide twin has 64 columns: 64 of 66 pairs busy, 8 units per CTA.
+    twins = cf.narrower(cfg, 4096)
+    assert [c.tile_n for c in twins] == [64]
+    assert cf.pairs(twins[0], 1, 4096, 4096, 132)["eff"] == 1024 / (132 * 8)
