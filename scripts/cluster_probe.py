@@ -25,7 +25,9 @@ second barrier before any CTA may exit. Two questions, both measured here:
    (``dsmem``: two barriers), (c) each CTA storing every part of its partial straight into
    the shared memory of the CTA that sums it (``push``: one barrier, local reads; ``push2``: with
    a barrier before the stores too, as the kernel would need while its ring holds the
-   shared memory). Per launch the slowest CTA's time and the median
+   shared memory). ``gpush`` is (a) with only the parts that others sum stored, and the CTA's
+   own part of its slice added from registers at its place in the rank order: how much of
+   the global form is its data rather than its synchronization. Per launch the slowest CTA's time and the median
    CTA's are kept (``%globaltimer``), and the median over launches is reported, next to the
    kernels' event times. Both forms sum the C partials in rank order, so their outputs must
    be bitwise equal; the script checks that against a NumPy sum in the same order.
@@ -135,7 +137,7 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   const unsigned long long t0 = gtimer();
   const int lo = rank * T4 / C, hi = (rank + 1) * T4 / C;
   __half* o = out + (size_t)group * R * N;
-  if (PUSH) {
+  if (PUSH && CLUSTER) {
     // Each CTA stores every float4 straight into the shared memory of the CTA that sums it,
     // at that CTA's slot for this rank; one barrier; each sums its own slots in rank order.
     constexpr int SLICE = T4 / C;
@@ -179,6 +181,38 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
       reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
     }
     cluster_sync();
+  } else if (PUSH) {
+    // Through global memory, but each CTA stores only the parts others sum, and adds its own
+    // part of its slice from registers, at its place in the rank order.
+    float4* mine = ws + ((size_t)group * C + rank) * T4;
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < T4 && (i < lo || i >= hi)) __stcg(mine + i, v[j]);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(cnt + group, 1);
+      while (ld_acquire(cnt + group) < C * (epoch + 1)) {
+      }
+    }
+    __syncthreads();
+    const float4* all = ws + (size_t)group * C * T4;
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < lo || i >= hi) continue;
+      float4 s = rank == 0 ? v[j] : __ldcg(all + i);
+#pragma unroll
+      for (int q = 1; q < C; q++) {
+        const float4 w = q == rank ? v[j] : __ldcg(all + (size_t)q * T4 + i);
+        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
+      }
+      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
+      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+    }
+    __syncthreads();
   } else {
     float4* mine = ws + ((size_t)group * C + rank) * T4;
 #pragma unroll
@@ -227,7 +261,11 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
       red_push2_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
                                 unsigned long long* t) { \
-    reduce_body<R, N, C, true, true, true>(ws, cnt, epoch, out, t); }
+    reduce_body<R, N, C, true, true, true>(ws, cnt, epoch, out, t); } \
+  extern "C" __global__ void __launch_bounds__(THREADS) \
+      red_gpush_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
+                                unsigned long long* t) { \
+    reduce_body<R, N, C, false, true>(ws, cnt, epoch, out, t); }
 '''
 
 
@@ -347,7 +385,7 @@ def main(argv=None) -> int:
         smem = r * n * 4
         for c in SPLITS:
             want = expected(r, n, c)
-            for form in ("global", "dsmem", "push", "push2"):
+            for form in ("global", "gpush", "dsmem", "push", "push2"):
                 f = mod.get_function(f"red_{form}_{r}_{n}_{c}")
                 f.max_dynamic_shared_size_bytes = max(smem, RESIDENT_SMEM)
                 cnt.fill(0)
