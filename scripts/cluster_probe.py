@@ -27,7 +27,10 @@ second barrier before any CTA may exit. Two questions, both measured here:
    a barrier before the stores too, as the kernel would need while its ring holds the
    shared memory). ``gpush`` is (a) with only the parts that others sum stored, and the CTA's
    own part of its slice added from registers at its place in the rank order: how much of
-   the global form is its data rather than its synchronization. Per launch the slowest CTA's time and the median
+   the global form is its data rather than its synchronization. ``words`` is ``gpush`` with
+   no fence and no counter: the stored parts are words that are never 0 (as the kernel's early
+   bottom stores them, NOTES.md entry 69), which the summing CTA reads until none is 0 and
+   then clears; the workspace starts zeroed and is zero again after every launch. Per launch the slowest CTA's time and the median
    CTA's are kept (``%globaltimer``), and the median over launches is reported, next to the
    kernels' event times. Both forms sum the C partials in rank order, so their outputs must
    be bitwise equal; the script checks that against a NumPy sum in the same order.
@@ -92,6 +95,22 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   return v;
 }
 
+// A word that is 0 while its slot is empty: the FP32 bits inverted, a NaN made the canonical
+// 0x7fffffff first (as cuda/marlin.cuh's early_word).
+__device__ __forceinline__ unsigned word_of(float x) {
+  return ~(x != x ? 0x7fffffffu : __float_as_uint(x));
+}
+__device__ __forceinline__ void st_relaxed_v4(float4* p, uint4 v) {
+  asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ uint4 ld_relaxed_v4(const float4* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void spin_body(unsigned long long* t, int* sm, long long ns) {
   extern __shared__ int4 smem[];
   const unsigned long long t0 = gtimer();
@@ -117,7 +136,7 @@ __device__ __forceinline__ float value(int cta, int i) {
   return (float)((cta * 977 + i * 131) % 1999 - 999) * 0.0078125f;   // exact in FP32
 }
 
-template <int R, int N, int C, bool CLUSTER, bool PUSH, bool PRE = false>
+template <int R, int N, int C, bool CLUSTER, bool PUSH, bool PRE = false, bool WORDS = false>
 __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __half* out,
                                             unsigned long long* t) {
   constexpr int T4 = R * N / 4;                     // float4 in the tile
@@ -181,6 +200,46 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
       reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
     }
     cluster_sync();
+  } else if (WORDS) {
+    // Through global memory with no fence and no counter: the parts others sum are stored as
+    // words that are never 0 (word_of); the summing CTA reads each until none is 0, and
+    // stores 0 back, so the workspace is empty again after the launch.
+    float4* mine = ws + ((size_t)group * C + rank) * T4;
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < T4 && (i < lo || i >= hi))
+        st_relaxed_v4(mine + i, make_uint4(word_of(v[j].x), word_of(v[j].y), word_of(v[j].z),
+                                           word_of(v[j].w)));
+    }
+    float4* all = ws + (size_t)group * C * T4;
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < lo || i >= hi) continue;
+      uint4 u[C];
+#pragma unroll
+      for (int q = 0; q < C; q++) {
+        if (q == rank) continue;
+        do { u[q] = ld_relaxed_v4(all + (size_t)q * T4 + i); }
+        while (!(u[q].x && u[q].y && u[q].z && u[q].w));
+      }
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int q = 0; q < C; q++) {
+        const float4 w = q == rank ? v[j]
+                                   : make_float4(__uint_as_float(~u[q].x), __uint_as_float(~u[q].y),
+                                                 __uint_as_float(~u[q].z), __uint_as_float(~u[q].w));
+        if (q == 0) s = w;
+        else { s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w; }
+      }
+#pragma unroll
+      for (int q = 0; q < C; q++)
+        if (q != rank) st_relaxed_v4(all + (size_t)q * T4 + i, make_uint4(0, 0, 0, 0));
+      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
+      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+    }
+    __syncthreads();
   } else if (PUSH) {
     // Through global memory, but each CTA stores only the parts others sum, and adds its own
     // part of its slice from registers, at its place in the rank order.
@@ -265,7 +324,11 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   extern "C" __global__ void __launch_bounds__(THREADS) \
       red_gpush_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
                                 unsigned long long* t) { \
-    reduce_body<R, N, C, false, true>(ws, cnt, epoch, out, t); }
+    reduce_body<R, N, C, false, true>(ws, cnt, epoch, out, t); } \
+  extern "C" __global__ void __launch_bounds__(THREADS, 1) \
+      red_words_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
+                                unsigned long long* t) { \
+    reduce_body<R, N, C, false, false, false, true>(ws, cnt, epoch, out, t); }
 '''
 
 
@@ -385,10 +448,11 @@ def main(argv=None) -> int:
         smem = r * n * 4
         for c in SPLITS:
             want = expected(r, n, c)
-            for form in ("global", "gpush", "dsmem", "push", "push2"):
+            for form in ("global", "gpush", "words", "dsmem", "push", "push2"):
                 f = mod.get_function(f"red_{form}_{r}_{n}_{c}")
                 f.max_dynamic_shared_size_bytes = max(smem, RESIDENT_SMEM)
                 cnt.fill(0)
+                ws.fill(0)
                 epoch = [0]
                 spans, slow = [], []
 
