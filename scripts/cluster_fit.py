@@ -36,29 +36,26 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "scripts"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.config import KernelConfig  # noqa: E402
+import stripe_balance  # noqa: E402
 
 DEFAULT_TABLE = ROOT / "marlin_cupy" / "tuned" / "NVIDIA_H200.json"
 
 
 def today(cfg: KernelConfig, m: int, n: int, k: int, sms: int) -> dict:
-    slabs = -(-m // cfg.tile_m)
+    """The launch as the kernel cuts it (``stripe_balance.stripes``), with its columns."""
+    units, iters, busy, eff = stripe_balance.stripes(cfg, m, n, k, sms)
     ku = k // cfg.tile_k
-    cols = (n // cfg.tile_n) * slabs
-    units = ku * cols
-    slots = sms * cfg.blocks_per_sm
-    grid = min(units, slots)
-    iters = -(-units // grid)
-    busy = -(-units // iters)
     # the most CTAs one column meets: ceil((ku - 1) / iters) + 1 where a stripe can start
     # inside it, capped by the CTAs there are
     sharers = min(busy, -(-(ku - 1) // iters) + 1) if ku > 1 else 1
-    return {"units": units, "cols": cols, "k_units": ku, "iters": iters, "ctas": busy,
-            "sharers": sharers, "eff": units / (slots * iters)}
+    return {"units": units, "cols": units // ku, "k_units": ku, "iters": iters, "ctas": busy,
+            "sharers": sharers, "eff": eff}
 
 
 def pairs(cfg: KernelConfig, m: int, n: int, k: int, sms: int) -> dict:

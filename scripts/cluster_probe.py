@@ -35,7 +35,10 @@ second barrier before any CTA may exit. Two questions, both measured here:
    kernels' event times. Both forms sum the C partials in rank order, so their outputs must
    be bitwise equal; the script checks that against a NumPy sum in the same order.
 
-Exploration tool for benchmarks/NOTES.md (entry 72).
+Exploration tool for benchmarks/NOTES.md (entry 72). Its records (session23/) were taken at
+2e68da8, c95629b, 3c59970 and ace7291; the forms were then folded into one template
+(``FORM``) with shared helpers and ``__launch_bounds__(THREADS, 1)`` on every kernel, which
+the records predate.
 """
 from __future__ import annotations
 
@@ -55,6 +58,9 @@ CLUSTERS = (1, 2, 3, 4)
 SHAPES = ((1, 128), (16, 256), (64, 128), (64, 256))   # rows x columns of a partial
 SPLITS = (2, 4)   # 4 only fits 120 SMs (30 clusters): its 128-CTA grids run in two waves
 CTAS = 128
+#: The ends measured, in this order (the kernel's FORM is the index); the last three in clusters.
+FORMS = ("global", "gpush", "words", "dsmem", "push", "push2")
+CLUSTER_FORMS = FORMS[3:]
 RESIDENT_SMEM = 200 << 10
 
 SRC = r'''
@@ -131,14 +137,36 @@ SPIN(3)
 SPIN(4)
 
 // The partial a CTA holds: P floats per thread, float4 j of thread t at float4 index
-// t + j * THREADS of the tile (any fixed map will do: both forms use the same).
+// t + j * THREADS of the tile (any fixed map will do: every form uses the same).
 __device__ __forceinline__ float value(int cta, int i) {
   return (float)((cta * 977 + i * 131) % 1999 - 999) * 0.0078125f;   // exact in FP32
 }
 
-template <int R, int N, int C, bool CLUSTER, bool PUSH, bool PRE = false, bool WORDS = false>
+__device__ __forceinline__ void add4(float4& s, const float4& w) {
+  s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
+}
+__device__ __forceinline__ void store_h4(__half* o, int i, const float4& s) {
+  reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
+  reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+}
+// Today's publication: every thread's stores, one fence and count-in by thread 0, which
+// waits until all `c` CTAs of the group counted in this launch (the counter only grows).
+__device__ __forceinline__ void count_in_and_wait(int* cnt, int c, int epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(cnt, 1);
+    while (ld_acquire(cnt) < c * (epoch + 1)) {
+    }
+  }
+  __syncthreads();
+}
+
+// FORM: the Python FORMS tuple's index (GLOBAL, GPUSH, WORDS, DSMEM, PUSH, PUSH2).
+template <int R, int N, int C, int FORM>
 __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __half* out,
                                             unsigned long long* t) {
+  constexpr bool CLUSTER = FORM >= DSMEM;
   constexpr int T4 = R * N / 4;                     // float4 in the tile
   constexpr int P4 = (T4 + THREADS - 1) / THREADS;  // float4 per thread
   extern __shared__ float4 part[];
@@ -156,12 +184,14 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
   const unsigned long long t0 = gtimer();
   const int lo = rank * T4 / C, hi = (rank + 1) * T4 / C;
   __half* o = out + (size_t)group * R * N;
-  if (PUSH && CLUSTER) {
+  float4* mine = ws + ((size_t)group * C + rank) * T4;
+  float4* all = ws + (size_t)group * C * T4;
+  if (FORM == PUSH || FORM == PUSH2) {
     // Each CTA stores every float4 straight into the shared memory of the CTA that sums it,
     // at that CTA's slot for this rank; one barrier; each sums its own slots in rank order.
     constexpr int SLICE = T4 / C;
     const unsigned base = (unsigned)__cvta_generic_to_shared(part);
-    if (PRE) cluster_sync();   // in the kernel: no peer may store into a ring still in use
+    if (FORM == PUSH2) cluster_sync();   // in the kernel: no peer may store into a ring in use
 #pragma unroll
     for (int j = 0; j < P4; j++) {
       const int i = tid + j * THREADS;
@@ -176,14 +206,11 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
     for (int i = lo + tid; i < hi; i += THREADS) {
       float4 s = part[i - lo];
 #pragma unroll
-      for (int q = 1; q < C; q++) {
-        const float4 w = part[q * SLICE + i - lo];
-        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
-      }
-      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
-      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+      for (int q = 1; q < C; q++) add4(s, part[q * SLICE + i - lo]);
+      store_h4(o, i, s);
     }
-  } else if (CLUSTER) {
+  } else if (FORM == DSMEM) {
+    // Each CTA's partial in its own shared memory; each sums its slice from all of them.
 #pragma unroll
     for (int j = 0; j < P4; j++)
       if (tid + j * THREADS < T4) part[tid + j * THREADS] = v[j];
@@ -192,109 +219,65 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
     for (int i = lo + tid; i < hi; i += THREADS) {
       float4 s = ld_cluster(map_rank(base + 16u * i, 0));
 #pragma unroll
-      for (int q = 1; q < C; q++) {
-        const float4 w = ld_cluster(map_rank(base + 16u * i, q));
-        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
-      }
-      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
-      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+      for (int q = 1; q < C; q++) add4(s, ld_cluster(map_rank(base + 16u * i, q)));
+      store_h4(o, i, s);
     }
-    cluster_sync();
-  } else if (WORDS) {
-    // Through global memory with no fence and no counter: the parts others sum are stored as
-    // words that are never 0 (word_of); the summing CTA reads each until none is 0, and
-    // stores 0 back, so the workspace is empty again after the launch.
-    float4* mine = ws + ((size_t)group * C + rank) * T4;
-#pragma unroll
-    for (int j = 0; j < P4; j++) {
-      const int i = tid + j * THREADS;
-      if (i < T4 && (i < lo || i >= hi))
-        st_relaxed_v4(mine + i, make_uint4(word_of(v[j].x), word_of(v[j].y), word_of(v[j].z),
-                                           word_of(v[j].w)));
-    }
-    float4* all = ws + (size_t)group * C * T4;
-#pragma unroll
-    for (int j = 0; j < P4; j++) {
-      const int i = tid + j * THREADS;
-      if (i < lo || i >= hi) continue;
-      uint4 u[C];
-#pragma unroll
-      for (int q = 0; q < C; q++) {
-        if (q == rank) continue;
-        do { u[q] = ld_relaxed_v4(all + (size_t)q * T4 + i); }
-        while (!(u[q].x && u[q].y && u[q].z && u[q].w));
-      }
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int q = 0; q < C; q++) {
-        const float4 w = q == rank ? v[j]
-                                   : make_float4(__uint_as_float(~u[q].x), __uint_as_float(~u[q].y),
-                                                 __uint_as_float(~u[q].z), __uint_as_float(~u[q].w));
-        if (q == 0) s = w;
-        else { s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w; }
-      }
-#pragma unroll
-      for (int q = 0; q < C; q++)
-        if (q != rank) st_relaxed_v4(all + (size_t)q * T4 + i, make_uint4(0, 0, 0, 0));
-      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
-      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
-    }
-    __syncthreads();
-  } else if (PUSH) {
-    // Through global memory, but each CTA stores only the parts others sum, and adds its own
-    // part of its slice from registers, at its place in the rank order.
-    float4* mine = ws + ((size_t)group * C + rank) * T4;
-#pragma unroll
-    for (int j = 0; j < P4; j++) {
-      const int i = tid + j * THREADS;
-      if (i < T4 && (i < lo || i >= hi)) __stcg(mine + i, v[j]);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(cnt + group, 1);
-      while (ld_acquire(cnt + group) < C * (epoch + 1)) {
-      }
-    }
-    __syncthreads();
-    const float4* all = ws + (size_t)group * C * T4;
-#pragma unroll
-    for (int j = 0; j < P4; j++) {
-      const int i = tid + j * THREADS;
-      if (i < lo || i >= hi) continue;
-      float4 s = rank == 0 ? v[j] : __ldcg(all + i);
-#pragma unroll
-      for (int q = 1; q < C; q++) {
-        const float4 w = q == rank ? v[j] : __ldcg(all + (size_t)q * T4 + i);
-        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
-      }
-      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
-      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
-    }
-    __syncthreads();
-  } else {
-    float4* mine = ws + ((size_t)group * C + rank) * T4;
+    cluster_sync();   // no CTA exits while another may read its shared memory
+  } else if (FORM == GLOBAL) {
 #pragma unroll
     for (int j = 0; j < P4; j++)
       if (tid + j * THREADS < T4) __stcg(mine + tid + j * THREADS, v[j]);
-    __syncthreads();
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(cnt + group, 1);
-      while (ld_acquire(cnt + group) < C * (epoch + 1)) {
-      }
-    }
-    __syncthreads();
-    const float4* all = ws + (size_t)group * C * T4;
+    count_in_and_wait(cnt + group, C, epoch);
     for (int i = lo + tid; i < hi; i += THREADS) {
       float4 s = __ldcg(all + i);
 #pragma unroll
-      for (int q = 1; q < C; q++) {
-        const float4 w = __ldcg(all + (size_t)q * T4 + i);
-        s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
+      for (int q = 1; q < C; q++) add4(s, __ldcg(all + (size_t)q * T4 + i));
+      store_h4(o, i, s);
+    }
+    __syncthreads();
+  } else {
+    // GPUSH, WORDS: only the parts others sum are stored; the CTA's own part of its slice is
+    // added from registers, at its place in the rank order. WORDS has no fence and no
+    // counter: the parts are words that are never 0 (word_of), which the summing CTA reads
+    // until none is 0 and then stores 0 back, so the workspace is empty after the launch.
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < T4 && (i < lo || i >= hi)) {
+        if (FORM == WORDS)
+          st_relaxed_v4(mine + i, make_uint4(word_of(v[j].x), word_of(v[j].y),
+                                             word_of(v[j].z), word_of(v[j].w)));
+        else
+          __stcg(mine + i, v[j]);
       }
-      reinterpret_cast<__half2*>(o)[2 * i] = __floats2half2_rn(s.x, s.y);
-      reinterpret_cast<__half2*>(o)[2 * i + 1] = __floats2half2_rn(s.z, s.w);
+    }
+    if (FORM == GPUSH) count_in_and_wait(cnt + group, C, epoch);
+#pragma unroll
+    for (int j = 0; j < P4; j++) {
+      const int i = tid + j * THREADS;
+      if (i < lo || i >= hi) continue;
+      float4 w[C];
+#pragma unroll
+      for (int q = 0; q < C; q++) {
+        if (q == rank) {
+          w[q] = v[j];
+        } else if (FORM == WORDS) {
+          uint4 u;
+          do { u = ld_relaxed_v4(all + (size_t)q * T4 + i); } while (!(u.x && u.y && u.z && u.w));
+          w[q] = make_float4(__uint_as_float(~u.x), __uint_as_float(~u.y), __uint_as_float(~u.z),
+                             __uint_as_float(~u.w));
+        } else {
+          w[q] = __ldcg(all + (size_t)q * T4 + i);
+        }
+      }
+      float4 s = w[0];
+#pragma unroll
+      for (int q = 1; q < C; q++) add4(s, w[q]);
+      if (FORM == WORDS)
+#pragma unroll
+        for (int q = 0; q < C; q++)
+          if (q != rank) st_relaxed_v4(all + (size_t)q * T4 + i, make_uint4(0, 0, 0, 0));
+      store_h4(o, i, s);
     }
     __syncthreads();
   }
@@ -304,39 +287,22 @@ __device__ __forceinline__ void reduce_body(float4* ws, int* cnt, int epoch, __h
     t[2 * blockIdx.x + 1] = t1;
   }
 }
-#define RED(R, N, C) \
-  extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
-      red_dsmem_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                                unsigned long long* t) { \
-    reduce_body<R, N, C, true, false>(ws, cnt, epoch, out, t); } \
-  extern "C" __global__ void __launch_bounds__(THREADS) \
-      red_global_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                                 unsigned long long* t) { \
-    reduce_body<R, N, C, false, false>(ws, cnt, epoch, out, t); } \
-  extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
-      red_push_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                               unsigned long long* t) { \
-    reduce_body<R, N, C, true, true>(ws, cnt, epoch, out, t); } \
-  extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) \
-      red_push2_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                                unsigned long long* t) { \
-    reduce_body<R, N, C, true, true, true>(ws, cnt, epoch, out, t); } \
-  extern "C" __global__ void __launch_bounds__(THREADS) \
-      red_gpush_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                                unsigned long long* t) { \
-    reduce_body<R, N, C, false, true>(ws, cnt, epoch, out, t); } \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) \
-      red_words_##R##_##N##_##C(float4* ws, int* cnt, int epoch, __half* out, \
-                                unsigned long long* t) { \
-    reduce_body<R, N, C, false, false, false, true>(ws, cnt, epoch, out, t); }
 '''
 
 
 def source() -> str:
-    lines = [f"#define THREADS {THREADS}", SRC]
+    lines = [f"#define THREADS {THREADS}"]
+    lines += [f"constexpr int {f.upper()} = {i};" for i, f in enumerate(FORMS)]
+    lines.append(SRC)
     for r, n in SHAPES:
         for c in SPLITS:
-            lines.append(f"RED({r}, {n}, {c})")
+            for i, f in enumerate(FORMS):
+                dims = f"__cluster_dims__({c}, 1, 1) " if f in CLUSTER_FORMS else ""
+                lines.append(
+                    f'extern "C" __global__ void {dims}__launch_bounds__(THREADS, 1) '
+                    f"red_{f}_{r}_{n}_{c}(float4* ws, int* cnt, int epoch, __half* out, "
+                    f"unsigned long long* t) {{ reduce_body<{r}, {n}, {c}, {i}>(ws, cnt, epoch, "
+                    "out, t); }")
     return "\n".join(lines)
 
 
@@ -448,7 +414,7 @@ def main(argv=None) -> int:
         smem = r * n * 4
         for c in SPLITS:
             want = expected(r, n, c)
-            for form in ("global", "gpush", "words", "dsmem", "push", "push2"):
+            for form in FORMS:
                 f = mod.get_function(f"red_{form}_{r}_{n}_{c}")
                 f.max_dynamic_shared_size_bytes = max(smem, RESIDENT_SMEM)
                 cnt.fill(0)
