@@ -843,7 +843,7 @@ template <> struct DynState<true> {
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
-          bool EARLY = false>
+          bool EARLY = false, bool TOP_SUM = false>
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
@@ -851,6 +851,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                            DYN_Q == 0),
                 "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows, no producer "
                 "warpgroup and no run-time hand-out");
+  // TOP_SUM (config suffix _ts; NOTES.md entry 73): every CTA of a split column but its top
+  // publishes its partial as never-zero words (the early bottom's form) with no count-in and no
+  // fence; the top sums them (top_sum). It includes the early bottom, so not with EARLY.
+  static_assert(!TOP_SUM || (PAR_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER && DYN_Q == 0 &&
+                             !EARLY),
+                "TOP_SUM (the column's top sums) needs the parallel reduction, tiles below 32 "
+                "rows, no producer warpgroup, no run-time hand-out, and not EARLY (it includes it)");
   static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
   static constexpr int WARPS = THREADS / 32;
@@ -1625,27 +1632,33 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #endif
     return !bottom_ends_column(col * k_tiles, bottom);
   }
-  __device__ __forceinline__ uint4* early_slot(int col) const {
+  // A slot of never-zero words in the locks workspace: the early bottom's of column `index`
+  // (EARLY), or the partial of the CTA `index` (TOP_SUM); the layout of store_scratch.
+  __device__ __forceinline__ uint4* word_slot(int index) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
-    return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(col) * (TILE_M * TILE_N / 4) +
+    return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(index) * (TILE_M * TILE_N / 4) +
            (mw * N_WARPS + nw) * RED_WARP + lane;
   }
+  __device__ __forceinline__ uint4* early_slot(int col) const { return word_slot(col); }
   template <int NF>
-  __device__ __forceinline__ void store_early(const FragC* acc, int col) {
-    uint4* dst = early_slot(col);
+  __device__ __forceinline__ void store_words(const FragC* acc, uint4* dst) {
 #pragma unroll
     for (int f = 0; f < NF; f++)
       st_relaxed_gpu_v4(dst + f * 32, make_uint4(early_word(acc[f][0]), early_word(acc[f][1]),
                                                  early_word(acc[f][2]), early_word(acc[f][3])));
+  }
+  template <int NF>
+  __device__ __forceinline__ void store_early(const FragC* acc, int col) {
+    store_words<NF>(acc, early_slot(col));
   }
   // Added as add_scratch adds a partial. SPIN: each word read until it is written (the bottom
   // CTA waits on nothing before it writes them); otherwise read once, and the return value
   // says whether every word was written (if not, the caller sums again with SPIN). With SPIN
   // every word's first read is issued before any is tested: a test between two reads would
   // make them NF round trips one after another (entry 70: +0.6 us on the serial chain).
-  template <int NF, bool SPIN>
-  __device__ __forceinline__ bool add_early(FragC* acc, int col) {
-    const uint4* src = early_slot(col);
+  // FRESH (not with SPIN): read once, but anew each time the code runs (a pass of a loop).
+  template <int NF, bool SPIN, bool FRESH = false>
+  __device__ __forceinline__ bool add_words(FragC* acc, const uint4* src) {
     bool ready = true;
     uint4 words[NF];
 #pragma unroll
@@ -1653,7 +1666,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #if MARLIN_EARLY_SUM_LOOP
       words[f] = SPIN ? ld_relaxed_gpu_v4<true>(src + f * 32) : ld_relaxed_gpu_v4_fresh(src + f * 32);
 #else
-      words[f] = ld_relaxed_gpu_v4<SPIN>(src + f * 32);
+      words[f] = FRESH ? ld_relaxed_gpu_v4_fresh(src + f * 32) : ld_relaxed_gpu_v4<SPIN>(src + f * 32);
 #endif
     }
 #pragma unroll
@@ -1672,12 +1685,51 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     return ready;
   }
+  template <int NF, bool SPIN>
+  __device__ __forceinline__ bool add_early(FragC* acc, int col) {
+    return add_words<NF, SPIN>(acc, early_slot(col));
+  }
   // After the sum: the slot is 0 again for the next launch.
   template <int NF>
-  __device__ __forceinline__ void clear_early(int col) {
-    uint4* dst = early_slot(col);
+  __device__ __forceinline__ void clear_words(uint4* dst) {
 #pragma unroll
     for (int f = 0; f < NF; f++) st_relaxed_gpu_v4(dst + f * 32, make_uint4(0u, 0u, 0u, 0u));
+  }
+  template <int NF>
+  __device__ __forceinline__ void clear_early(int col) {
+    clear_words<NF>(early_slot(col));
+  }
+
+  // ---- TOP_SUM (config suffix _ts; NOTES.md entry 73). At the end of a split column, every
+  // CTA but its top writes its partial into its own slot of words (word_slot(blockIdx.x); a CTA
+  // shares at most one column without being its top: the one its stripe starts in) and goes
+  // on or exits, without a count-in or a fence: the release that publishes a partial waits
+  // for every copy the thread has in flight and the CTA for the atomic's round trip (entries
+  // 53 and 68). The top reaches the column at its stripe's end; it reads every other slot
+  // (bottom..top + 1) in one pass with all of a slot's loads in flight, makes the pass again
+  // while a word is still 0, adds its own partial last (the order bottom..top from +0 of the
+  // last arriver's sum: the same bits), writes C and sets the slots back to 0. Only the top
+  // waits, at its stripe's end, and only for CTAs that never wait (co-resident persistent grid).
+  static constexpr bool TOPSUM = TOP_SUM;
+  template <typename Acc>
+  __device__ __forceinline__ void top_sum(Acc& acc, int slab, int n_tile, int top, int bottom) {
+    constexpr int NF = sizeof(Acc) / sizeof(FragC);
+    FragC* own = reinterpret_cast<FragC*>(&acc);
+    FragC sum[NF];
+    bool ready;
+    do {
+      zero_frags<NF>(sum);
+      ready = true;
+      for (int cta = bottom; cta > top; cta--)
+        ready = add_words<NF, false, true>(sum, word_slot(cta)) && ready;
+    } while (!ready);
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) own[f][i] = sum[f][i] + own[f][i];
+    if constexpr (SWAP > 0) store_result_sw(acc, slab, n_tile);
+    else store_result(acc, slab, n_tile);
+    for (int cta = bottom; cta > top; cta--) clear_words<NF>(word_slot(cta));
   }
 
   // FP32 partial sums of a column, in a scratch slot private to it, laid out per lane so every
@@ -2073,6 +2125,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                     (PAR_REDUCE && !COOP && TILE_M < 48 && !WS && !WGMMA && DYN_Q >= STAGES),
                 "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
                 "to 32 rows), the mma.sync loop without a producer, and DYN_Q >= STAGES");
+  static_assert(!TOPSUM || !COOP, "TOP_SUM replaces the last arriver's sum, not the shared one");
   static_assert(!DYN || (MARLIN_PROBE != 4 && MARLIN_PROBE != 5),
                 "the timeline probe's stamps would overlap DYN's counters in locks[]");
 
@@ -2248,6 +2301,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                                                       int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
+    if constexpr (TOPSUM) {   // the column's top sums; the others publish words and go on
+      if (static_cast<int>(blockIdx.x) != top) {
+        if (kw == 0) store_words<NF>(frags, word_slot(static_cast<int>(blockIdx.x)));
+        stamp_if_last(7);
+        stamp_if_last(8);
+        return;
+      }
+      stamp_if_last(7);
+      if (kw == 0) top_sum(acc, slab, n_tile, top, bottom);
+      stamp_if_last(8);
+      return;
+    }
     // The early bottom (MARLIN_PAR_EARLY_BOTTOM): its partial into the column's slot, and on.
     bool early = false;
     if constexpr (EARLY_BOTTOM && !COOP) {
@@ -2775,14 +2840,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
-          bool EARLY = false>
+          bool EARLY = false, bool TOP_SUM = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
                    FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q,
-                   EARLY>;
+                   EARLY, TOP_SUM>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();

@@ -90,6 +90,13 @@ class KernelConfig:
     #: streaming; the column's summing CTA (parallel reduction) or the chain's second CTA
     #: (serial) reads it from there. The same sums, the same bits. Name: _eb.
     early_bottom: bool = False
+    #: (parallel_reduce, tiles below 32 rows, no producer or run-time hand-out) the column's top
+    #: sums (NOTES.md entry 73): every CTA of a split column but its top writes its partial as
+    #: the early bottom does (never-zero words into a slot of its own in the workspace, no
+    #: count-in, no fence) and goes on or exits; the top, which reaches the column at its
+    #: stripe's end, adds the others' words and its own partial in the last arriver's order and
+    #: writes C. The same sums, the same bits. Includes the early bottom. Name: _ts.
+    top_sum: bool = False
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -185,12 +192,13 @@ class KernelConfig:
         ws = "_ws" if self.producer else ""
         dq = f"_q{self.dyn_chunk}" if self.dyn_chunk else ""
         eb = "_eb" if self.early_bottom else ""
+        ts = "_ts" if self.top_sum else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
-                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{eb}"
+                f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{eb}{ts}"
                 f"{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(_eb)?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(_eb)?(_ts)?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -202,13 +210,13 @@ class KernelConfig:
                              f"reduction; optional "
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
                              f"for its columns per warp, _ws for a producer warpgroup, _q8 for units "
-                             f"handed out at run time in chunks of 8, _eb for the early bottom, then "
-                             f"_b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, eb, occ = m.groups()
+                             f"handed out at run time in chunks of 8, _eb for the early bottom, _ts "
+                             f"for the column's top summing, then _b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, eb, ts, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
                    red == "fp32par", int(wn) if wn else 0, bool(ws), int(dq) if dq else 0,
-                   bool(eb))
+                   bool(eb), bool(ts))
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -299,6 +307,12 @@ class KernelConfig:
                         f"parallel_reduce with tiles of up to 32 rows (the last arriver's sum), "
                         f"the mma.sync loop without wgmma or a producer, and at least "
                         f"stages={self.stages} units per chunk")
+        if self.top_sum and not (self.parallel_reduce and self.early_bottom_fits
+                                 and not self.early_bottom):
+            errs.append(f"top_sum needs the parallel reduction (fp32par), tiles below 32 rows "
+                        f"(tile_m={self.tile_m}), no producer warpgroup and no run-time hand-out, "
+                        f"and not early_bottom (it includes the early bottom): it replaces the "
+                        f"last arriver's sum")
         if self.early_bottom and not self.early_bottom_fits:
             errs.append(f"early_bottom needs FP32 partials (fp32 or fp32par), tiles below 32 "
                         f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
@@ -432,6 +446,15 @@ EARLY_BOTTOM_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_eb_b2", "t256_m1_n16_k8_s3_g8_fp32par_sw1_eb_b2",
     "t256_m1_n16_k16_s4_g8_fp32_sw1_eb", "t256_m1_n8_k16_s3_g8_fp32_eb",
     "t256_m1_n8_k16_s4_gc_fp32_sw2_eb"))
+
+#: The column's top summing (``top_sum``, NOTES.md entry 73), one per path of the last
+#: arriver's sum it replaces: swapped tiles of one and two 8-row blocks, row-major tiles of 16
+#: rows, wgmma without a producer, two CTAs per SM, per-channel scales. CI compiles them; the
+#: GPU tests compare each bitwise with its twin without it, on many grids.
+TOP_SUM_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t256_m1_n16_k8_s4_g8_fp32par_sw1_ts", "t256_m1_n8_k16_s3_g8_fp32par_ts",
+    "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ts_b2", "t256_m1_n16_k8_s6_g8_fp32par_sw1_ts",
+    "t256_m1_n16_k16_s4_g8_fp32par_sw2_ts", "t256_m1_n8_k16_s4_gc_fp32par_sw1_ts_b2"))
 
 #: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
 #: without one (the same sums in the same order, only the copies move).

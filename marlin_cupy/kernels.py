@@ -17,7 +17,7 @@ def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
 
 def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
     """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``; the trailing
-    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q, EARLY) only up to the last that
+    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q, EARLY, TOP_SUM) only up to the last that
     differs from its default, so that instances which do not use them keep their source text
     (and kernel cache key)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
@@ -25,7 +25,8 @@ def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
             cfg.stages, cfg.group_blocks, b(has_zp), b(cfg.fp32_reduce), cfg.swap_ab,
             b(cfg.wgmma)]
     optional = [(b(cfg.parallel_reduce), "false"), (cfg.warp_n, 0), (cfg.blocks_per_sm, 1),
-                (b(cfg.producer), "false"), (cfg.dyn_chunk, 0), (b(cfg.early_bottom), "false")]
+                (b(cfg.producer), "false"), (cfg.dyn_chunk, 0), (b(cfg.early_bottom), "false"),
+                (b(cfg.top_sum), "false")]
     while optional and optional[-1][0] == optional[-1][1]:
         optional.pop()
     return ", ".join(str(v) for v in args + [v for v, _ in optional])

@@ -343,7 +343,9 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, early_slot; the parallel reduction
         # and the serial chain): a partial per column in the locks workspace, past the counters
         # and the timeline probe's 16 ints per CTA; zero between calls like the counters.
-        n_locks = (17 * grid + 3) // 4 * 4 + (n // cfg.tile_n) * parallel * cfg.tile_m * cfg.tile_n
+        # TOP_SUM builds (top_sum): a partial per CTA there instead.
+        per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel
+        n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
     smem = cfg.smem_bytes(has_zp)
     if pdl:
         smem = pdl_padded_smem(smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],

@@ -300,7 +300,8 @@ def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
 
 
 def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: bool = False,
-               parallel_reduce: bool = False, early_bottom: bool = False):
+               parallel_reduce: bool = False, early_bottom: bool = False,
+               top_sum: bool = False):
     mb = min(MAX_M_BLOCKS, max(1, -(-m // 16)))
     g = group_blocks_for(group_size, k)
     # Swapped operands serve up to 8 (swap_ab=1) or 16 rows per slab (swap_ab=2).
@@ -339,17 +340,24 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
         # Each candidate that can take it again with the early bottom (NOTES.md entry 69): its
         # builds schedule the main loop differently, so which is faster is the layer's.
         out += [e for e in (c.with_(early_bottom=True) for c in out) if not e.problems()]
+    if top_sum:
+        # Each parallel-reduction candidate that can take it again with the column's top
+        # summing (NOTES.md entry 73; it includes the early bottom, so not of the _eb twins).
+        out += [t for t in (c.with_(top_sum=True) for c in out if not c.early_bottom)
+                if not t.problems()]
     return out
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
-         wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False) -> dict:
+         wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
+         top_sum: bool = False) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
     measures every candidate with both cross-CTA reductions (NOTES.md entry 12).
     ``early_bottom`` adds the early-bottom twin of every candidate that can take it (tiles
-    below 32 rows: the buckets up to 16; NOTES.md entry 69)."""
+    below 32 rows: the buckets up to 16; NOTES.md entry 69); ``top_sum`` the twin with the
+    column's top summing of every parallel-reduction candidate that can take it (entry 73)."""
     import cupy as cp
     import numpy as np
 
@@ -364,7 +372,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
                                                            facts["smem_optin"], wg,
-                                                           parallel_reduce, early_bottom)}
+                                                           parallel_reduce, early_bottom,
+                                                           top_sum)}
     kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
     entries, rows = [], []
     try:
@@ -381,7 +390,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
                 for cfg in candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
-                                      parallel_reduce, early_bottom):
+                                      parallel_reduce, early_bottom, top_sum):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     for m, x in xs.items():      # each M of the bucket; scored summed
@@ -423,6 +432,10 @@ def main(argv=None) -> int:
     p.add_argument("--early-bottom", action=argparse.BooleanOptionalAction, default=False,
                    help="also measure the early-bottom twin (config suffix _eb) of every "
                         "candidate with tiles below 32 rows (default off; NOTES.md entry 69)")
+    p.add_argument("--top-sum", action=argparse.BooleanOptionalAction, default=False,
+                   help="also measure the twin with the column's top summing (config suffix "
+                        "_ts) of every parallel-reduction candidate with tiles below 32 rows "
+                        "(default off; NOTES.md entry 73)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
@@ -494,7 +507,7 @@ def main(argv=None) -> int:
                     f"{device!r}")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
-                 early_bottom=a.early_bottom)
+                 early_bottom=a.early_bottom, top_sum=a.top_sum)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

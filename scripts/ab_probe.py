@@ -28,7 +28,8 @@ scale on FP32 sums).
 
 ``--variant producer`` compares configs instead of builds: A is each config with that boolean
 field of ``KernelConfig`` set (``producer``: the warp-specialized build, NOTES.md entry 45;
-``early_bottom``: the early bottom, entry 69, bitwise equal to B), B
+``early_bottom``: the early bottom, entry 69, bitwise equal to B; ``top_sum``: the column's top
+sums, entry 73, bitwise equal to B, and it replaces an ``early_bottom`` of B's), B
 the config itself; configs whose variant is not valid are skipped. With ``--define`` as well,
 the A config is built with those switches (a variant of the variant against the base).
 ``--table-a TABLE``: A is what the tuned table file TABLE dispatches for each layer and M
@@ -102,8 +103,8 @@ def main(argv=None) -> int:
             dyn_q = 0
         if dyn_q < 1:
             p.error(f"--variant {a.variant!r}: dyn=Q wants a positive number of units per chunk")
-    elif a.variant not in ("", "producer", "early_bottom"):
-        p.error(f"--variant {a.variant!r}: 'producer', 'early_bottom' or 'dyn=Q'")
+    elif a.variant not in ("", "producer", "early_bottom", "top_sum"):
+        p.error(f"--variant {a.variant!r}: 'producer', 'early_bottom', 'top_sum' or 'dyn=Q'")
 
     def define_line(spec, what):
         """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]" (as $MARLIN_CUPY_DEFINES reads)."""
@@ -128,6 +129,8 @@ def main(argv=None) -> int:
         """The A config of --variant (None where that variant is not a valid config)."""
         if dyn_q:
             v = c.with_(parallel_reduce=True, dyn_chunk=dyn_q)
+        elif a.variant == "top_sum":   # it includes the early bottom
+            v = c.with_(top_sum=True, early_bottom=False)
         else:
             v = c.with_(**{a.variant: True})
         return None if v == c or v.problems() else v

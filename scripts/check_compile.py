@@ -94,6 +94,10 @@ def config_targets():
     from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
                                     MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
                                     WGMMA_EXAMPLES, tuned_instances)
+    try:
+        from marlin_cupy.config import TOP_SUM_EXAMPLES
+    except ImportError:
+        TOP_SUM_EXAMPLES = ()
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
@@ -112,6 +116,9 @@ def config_targets():
     par += [target(cfg, zp) for cfg in DYN_EXAMPLES for zp in (False, True)]
     # The early bottom (both reductions; its wgmma example on sm_90a only).
     par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in EARLY_BOTTOM_EXAMPLES
+            for zp in (False, True)]
+    # The column's top summing (the parallel reduction; its wgmma example on sm_90a only).
+    par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in TOP_SUM_EXAMPLES
             for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the

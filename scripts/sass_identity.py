@@ -23,6 +23,10 @@ a label to the backward branch that jumps to it (nvdisasm's ``.L_x_N`` labels), 
 predicates and labels ignored, loop by loop from the smallest. The main loop's own body, even
 where the compiler lays the column's end out between its MMAs (what ``--loop`` then counts).
 NOTES.md entry 69: ptxas reschedules that body too when code outside it changes.
+
+``CONFIG~BASE`` builds CONFIG from the working tree against BASE from REV: a config variant
+against its twin (``t256_m1_n16_k8_s6_g8_fp32par_sw1_ts~t256_m1_n16_k8_s6_g8_fp32par_sw1`` with
+REV = HEAD: what the variant does to the loop's schedule).
 """
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def main(argv) -> int:
     import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rev", help="the commit to compare with")
-    p.add_argument("specs", nargs="+", metavar="CONFIG[@ARCH]")
+    p.add_argument("specs", nargs="+", metavar="CONFIG[~BASE][@ARCH]")
     p.add_argument("--loop", action="store_true",
                    help="compare only the main loop's schedule (first to last MMA)")
     p.add_argument("--hot", action="store_true",
@@ -135,9 +139,11 @@ def main(argv) -> int:
         differ = 0
         for spec in specs:
             name, _, arch = spec.partition("@")
+            name, _, base = name.partition("~")
+            base = base or name
             arch = arch or ("sm_90a" if "_wg" in name else "sm_90")
             for zp in (False, True):
-                x = sass_lines(source_at(old, name, zp, a.base_define), arch, Path(tmp), a.hot)
+                x = sass_lines(source_at(old, base, zp, a.base_define), arch, Path(tmp), a.hot)
                 y = sass_lines(source_at(ROOT, name, zp, a.define), arch, Path(tmp), a.hot)
                 what = ""
                 if a.loop:
@@ -154,7 +160,8 @@ def main(argv) -> int:
                         y = y + ["(another loop)"]
                 same = digest(x) == digest(y)
                 differ += not same
-                print(f"{'same' if same else 'DIFFERENT'}  {name}{'_zp' if zp else ''} "
+                vs = f" (against {base})" if base != name else ""
+                print(f"{'same' if same else 'DIFFERENT'}  {name}{'_zp' if zp else ''}{vs} "
                       f"{arch}{what}")
     view = " in the loop" if a.loop else " in the MMA loops" if a.hot else ""
     print(f"{differ} instance(s) differ from {rev}{view}")

@@ -4,6 +4,7 @@ cuda/marlin.cuh).
 
     python3 scripts/timeline_probe.py OUT.json [--m 1,16,64] [--sets llama2-7b,llama2-70b]
                                       [--layers "K,N;..."] [--launches 7]
+                                      [--variant top_sum]
 
 For every layer and M: the median CUDA-event time of the real kernel (the tuner's method,
 weights rotated past the L2), then ``--launches`` single launches of the probe build, each
@@ -37,6 +38,11 @@ its output is garbage; each value is still computed and kept alive by an empty a
 loads and adds that feed it stay): against a run without it, what writing C costs in each
 part. (Until 2026-11-30, 497a70e, the build simply returned before the stores, and the
 compiler then dropped the last column's loads and adds as well.)
+
+``--variant top_sum`` runs each dispatched config that can take it with the column's top
+summing (``top_sum``, NOTES.md entry 73; in place of an ``early_bottom``), both for the event
+time and the probe build: the same layers' timeline under the variant, to set beside a run
+without it.
 
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.
@@ -176,6 +182,8 @@ def main(argv=None) -> int:
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--no-store", action="store_true",
                    help="probe build without the stores of C (MARLIN_PROBE 5)")
+    p.add_argument("--variant", default="", choices=("", "top_sum"),
+                   help="run each dispatched config with this variant where it is valid")
     p.add_argument("--raw", action="store_true",
                    help="also keep every launch's per-CTA points (ns after the first entry) "
                         "and SM ids in the JSON")
@@ -186,7 +194,15 @@ def main(argv=None) -> int:
         shapes = select_layers(set_shapes(a.sets), a.layers)
     except ValueError as e:
         p.error(f"--layers: {e}")
-    cfgs = {ops.plan(m, n, k, a.group_size).config for (k, n) in shapes for m in ms}
+    def chosen(m, n, k):
+        """The dispatched config, or its --variant twin where that is a valid config."""
+        cfg = ops.plan(m, n, k, a.group_size).config
+        if a.variant == "top_sum":
+            v = cfg.with_(top_sum=True, early_bottom=False)
+            return cfg if v.problems() else v
+        return cfg
+
+    cfgs = {chosen(m, n, k) for (k, n) in shapes for m in ms}
     dyn = sorted(c.name for c in cfgs if c.dyn_chunk)
     if dyn:
         # The probe's stamps lie where run-time hand-out keeps its counters (cuda/marlin.cuh
@@ -201,9 +217,10 @@ def main(argv=None) -> int:
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
         for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng):
             copies = len(mws)
-            plan = ops.plan(m, n, k, a.group_size)
-            cfg = plan.config
-            t_real = timer.measure(lambda i: ops.matmul(x, mws[i]), copies).stats.median_us
+            cfg = chosen(m, n, k)
+            plan = ops.plan(m, n, k, a.group_size, config=cfg)
+            t_real = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
+                                   copies).stats.median_us
             with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=probe)):
                 locks, _ = ops.workspace(stream).get((STRIDE + 1) * plan.grid,
                                                      plan.scratch_floats)
@@ -212,7 +229,7 @@ def main(argv=None) -> int:
                     locks[plan.grid:].fill(0)
                     timer.spin(200.0)
                     ev0.record(stream)
-                    ops.matmul(x, mws[i % copies])
+                    ops.matmul(x, mws[i % copies], config=cfg)
                     ev1.record(stream)
                     ev1.synchronize()
                     st = cp.asnumpy(locks[plan.grid:(STRIDE + 1) * plan.grid]).reshape(
@@ -230,7 +247,7 @@ def main(argv=None) -> int:
             if a.raw:
                 row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
             rows.append(row)
-            write(a.out, rows, a.no_store)      # after every row: a run cut short keeps what it measured
+            write(a.out, rows, a.no_store, a.variant or None)      # after every row: a run cut short keeps what it measured
             print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
                   f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
@@ -243,13 +260,13 @@ def main(argv=None) -> int:
                   f"last CTA: stream lag {row['crit_stream_lag'] / 1e3:.2f}, "
                   + ", ".join(f"{p} {row['crit_' + p] / 1e3:.2f}"
                               for p in PARTS + CROSS_PARTS), flush=True)
-    write(a.out, rows, a.no_store)
+    write(a.out, rows, a.no_store, a.variant or None)
     return 0
 
 
-def write(path, rows, no_store=False):
+def write(path, rows, no_store=False, variant=None):
     with open(path, "w") as f:
-        json.dump({"kind": "timeline_probe", "environment": environment(),
+        json.dump({"kind": "timeline_probe", "environment": environment(), "variant": variant,
                    "stores_c": not no_store, "rows": rows}, f, indent=1)
 
 

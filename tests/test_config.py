@@ -35,6 +35,13 @@ INVALID = {
     "early_32_rows": KernelConfig(thread_m_blocks=2, early_bottom=True),
     "early_producer": KernelConfig(swap_ab=1, producer=True, early_bottom=True),
     "early_dyn": KernelConfig(parallel_reduce=True, dyn_chunk=8, early_bottom=True),
+    # the column's top summing: the serial chain, 32-row tiles (the shared sum), a producer,
+    # run-time hand-out, and with the early bottom (which it includes)
+    "top_serial": KernelConfig(swap_ab=1, top_sum=True),
+    "top_32_rows": KernelConfig(thread_m_blocks=2, parallel_reduce=True, top_sum=True),
+    "top_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, top_sum=True),
+    "top_dyn": KernelConfig(parallel_reduce=True, dyn_chunk=8, top_sum=True),
+    "top_and_early": KernelConfig(parallel_reduce=True, early_bottom=True, top_sum=True),
 }
 
 
@@ -67,9 +74,10 @@ class TestValidationMirrorsStaticAsserts:
         every tuned config and a spread of the instantiated ones, sym and zero-point."""
         from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
                                         PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
-                                        WGMMA_EXAMPLES)
+                                        TOP_SUM_EXAMPLES, WGMMA_EXAMPLES)
         cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
         cfgs |= set(PRODUCER_EXAMPLES) | set(DYN_EXAMPLES) | set(EARLY_BOTTOM_EXAMPLES)
+        cfgs |= set(TOP_SUM_EXAMPLES)
         cfgs |= {c for cs in tuned_instances().values() for c in cs}
         lines = [kernels._base_source(), "\n"]
         for cfg in sorted(cfgs, key=lambda c: c.name):
@@ -102,7 +110,9 @@ class TestNames:
         KernelConfig(threads=128, thread_k_blocks=8, swap_ab=2, wgmma=True, producer=True,
                      blocks_per_sm=2),
         KernelConfig(swap_ab=1, parallel_reduce=True, dyn_chunk=8, blocks_per_sm=2),
-        KernelConfig(thread_m_blocks=2, parallel_reduce=True, dyn_chunk=12)],
+        KernelConfig(thread_m_blocks=2, parallel_reduce=True, dyn_chunk=12),
+        KernelConfig(swap_ab=1, parallel_reduce=True, top_sum=True, blocks_per_sm=2),
+        KernelConfig(swap_ab=1, early_bottom=True, blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg

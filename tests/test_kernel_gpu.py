@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
 from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, INSTANTIATED,
-                                PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES, WGMMA_EXAMPLES,
-                                KernelConfig, tuned_instances)
+                                PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES, TOP_SUM_EXAMPLES,
+                                WGMMA_EXAMPLES, KernelConfig, tuned_instances)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
@@ -238,6 +238,38 @@ class TestParallelReduction:
                 for max_ctas in (3, 7, 17, 33, 97, None):
                     want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
                     got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
+                    cp.cuda.get_current_stream().synchronize()
+                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
+                    for g in got:
+                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
+                            (sym, m, max_ctas)
+                judge(cp.asnumpy(x), qw, got[0])
+
+    @pytest.mark.parametrize("cfg", TOP_SUM_EXAMPLES, ids=lambda c: c.name)
+    def test_top_sum_same_bits_as_its_twin_and_workspace_zero(self, cfg):
+        """The column's top summing (``top_sum``, config suffix _ts; NOTES.md entry 73)
+        against its twin with the last arriver's sum: the same bits on many partitions (2 to
+        40 CTAs per column; bottoms inside stripes and at their ends), calls back to back
+        without a sync between them, plain and with ``pdl=True``, and the workspace is zero
+        again after them."""
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg, True)
+        twin = cfg.with_(top_sum=False)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
+        pdl = int(cp.cuda.Device().compute_capability) >= 90
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in (1, 7, min(16, cfg.max_m or 16)):
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for max_ctas in (2, 3, 7, 17, 33, 97, None):
+                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
+                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
+                    if pdl:
+                        got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
+                                for _ in range(3)]
                     cp.cuda.get_current_stream().synchronize()
                     assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
                     for g in got:

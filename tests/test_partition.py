@@ -268,6 +268,76 @@ def test_early_bottom_protocol_needs_the_smaller_count():
     assert 0 not in sums and 1 not in sums
 
 
+# ---- TOP_SUM (config suffix _ts, NOTES.md entry 73): every CTA of a split column but its top
+# writes its partial as never-zero words into a slot of its own (indexed by the CTA, zero
+# between calls) and goes on, with no counter at all; the top, which meets the column at its
+# stripe's end, waits until every other sharer's slot is written, adds them bottom .. top + 1
+# from +0, then its own partial, and writes the slots back to 0.
+
+def run_top_sum_protocol(k_tiles, columns, grid, order_key, own_first=False):
+    """The CTAs' arrivals at split columns in a scrambled order; the top sums as soon as every
+    slot it reads is written. ``own_first`` (a mutation): the top starts from its own partial.
+    Returns (sums, slots, partial, split)."""
+    partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
+    ends = column_ends(k_tiles, columns, grid)
+    slots, sums, pending = {}, {}, []
+    for b, col, top, bottom in arrivals:
+        if b != top:
+            # A CTA is a non-top sharer of one column at most (the one its stripe starts in):
+            # its slot is empty when it writes.
+            assert slots.get(b, 0) == 0, f"CTA {b} writes its slot twice"
+            slots[b] = _word(partial[(col, b)])
+        else:
+            # The top meets its column at the end of its stripe, so its wait blocks nothing
+            # that another CTA waits for.
+            assert (col, top, bottom, True) in ends[b]
+            pending.append((col, top, bottom))
+        for p in list(pending):
+            col_, top_, bottom_ = p
+            if any(slots.get(cta, 0) == 0 for cta in range(bottom_, top_, -1)):
+                continue   # the top's pass found a word still 0: it reads again
+            acc = partial[(col_, top_)] if own_first else _f32(0.0)
+            for cta in range(bottom_, top_, -1):
+                acc = _f32(acc + _unword(slots[cta]))
+            if not own_first:
+                acc = _f32(acc + partial[(col_, top_)])
+            assert col_ not in sums, "a column summed twice"
+            sums[col_] = acc
+            for cta in range(bottom_, top_, -1):
+                slots[cta] = 0
+            pending.remove(p)
+    assert not pending, "a top never summed"
+    return sums, slots, partial, split
+
+
+def _last_arriver_sum(partial):
+    def shipped(col, top, bottom):   # the last arriver's order: from +0, bottom .. top
+        acc = _f32(0.0)
+        for cta in range(bottom, top - 1, -1):
+            acc = _f32(acc + partial[(col, cta)])
+        return acc
+    return shipped
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
+def test_top_sum_protocol_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
+    sums, slots, partial, split = run_top_sum_protocol(
+        k_tiles, columns, grid, lambda b, col: ((b * 7919 + col * 104729 + seed) % 1009, b))
+    assert_same_bits_and_zero(sums, _last_arriver_sum(partial), split, slots)
+
+
+def test_top_sum_protocol_needs_the_top_last():
+    """A top that starts from its own partial adds in another order: the model sees other bits
+    on a column shared by three CTAs whose partials differ by decades."""
+    k_tiles, columns, grid = 7, 2, 5   # column 1: CTAs 2 (top), 3 and 4
+    sums, _, partial, split = run_top_sum_protocol(k_tiles, columns, grid, lambda b, col: (b, col),
+                                                   own_first=True)
+    assert split[1] == (2, 4)
+    want = _last_arriver_sum(partial)(1, 2, 4)
+    assert sums[1].tobytes() != want.tobytes()
+
+
 def test_early_word_is_never_zero_and_round_trips():
     import numpy as np
     for x in (0.0, -0.0, 1.5, -3.25e-30, np.inf, -np.inf, 3.4e38):

@@ -311,7 +311,7 @@ def test_stripe_balance_depths_shorten_or_fill_the_stripes():
     (["--define", "MARLIN_BULK=1.5"], "--define: 'MARLIN_BULK=1.5' is not NAME=INTEGER"),
     (["--define", ","], "give --define (naming a switch), --variant, or both"),
     ([], "give --define (naming a switch), --variant, or both"),
-    (["--variant", "fast"], "--variant 'fast': 'producer', 'early_bottom' or 'dyn=Q'"),
+    (["--variant", "fast"], "--variant 'fast': 'producer', 'early_bottom', 'top_sum' or 'dyn=Q'"),
     (["--variant", "dyn=0"], "dyn=Q wants a positive number of units per chunk"),
     (["--variant", "dyn=x"], "dyn=Q wants a positive number of units per chunk"),
     (["--define", "MARLIN_BULK=1", "--base-define", "bulk=1"], "--base-define: 'bulk=1'"),

@@ -357,3 +357,24 @@ def test_a_table_file_dispatches_as_the_device_table_does(tmp_path, monkeypatch)
         assert tune.lookup_in(tune.table_entries(other), 4096, 64, 64, 128) is None
     finally:
         tune.load_table.cache_clear()
+
+
+def test_top_sum_twins_only_where_they_apply():
+    """--top-sum adds the _ts twin of each parallel-reduction candidate below 32 rows without
+    a producer (never of an _eb twin: it includes the early bottom); nothing at M = 32 and up,
+    nothing by default."""
+    from marlin_cupy import tune
+    for m in (8, 16):
+        base = tune.candidates(m, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True,
+                               early_bottom=True)
+        both = tune.candidates(m, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True,
+                               early_bottom=True, top_sum=True)
+        ts = [c for c in both if c.top_sum]
+        assert not any(c.top_sum for c in base) and both[:len(base)] == base
+        assert ts and {c.with_(top_sum=False) for c in ts} <= set(base)
+        assert all(c.parallel_reduce and c.tile_m < 32 and not c.producer
+                   and not c.early_bottom for c in ts)
+        assert len(ts) == sum(1 for c in base
+                              if not c.early_bottom and not c.with_(top_sum=True).problems())
+    assert not any(c.top_sum for c in tune.candidates(
+        32, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True, top_sum=True))
