@@ -1711,11 +1711,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // last arriver's sum: the same bits), writes C and sets the slots back to 0. Only the top
   // waits, at its stripe's end, and only for CTAs that never wait (co-resident persistent grid).
   static constexpr bool TOPSUM = TOP_SUM;
-  // A pass reads the slots in groups, every load of a group issued before any add, so that a
-  // group costs one round trip (entry 73: slot by slot, each slot's loads waited for the adds
-  // of the one before, and the top of a column of 4 CTAs took 2.1 us). TS_GROUP: 16-byte
-  // words per thread in flight: 16 (64 registers) where the launch gives a thread 192
-  // registers or more, else 8 (32 for 256 threads x 2 CTAs per SM would spill).
+  // The top reads the slots in groups, bottom first, every load of a group issued before any
+  // add, so that a group costs one round trip (entry 73: slot by slot, each slot's loads waited
+  // for the adds of the one before, and the top of a column of 4 CTAs took 2.1 us). A word
+  // still 0 is read again, with every other such word of the group, until none is left, and
+  // only then is the group added: the sum keeps its order and is made once, and a re-read
+  // costs one round trip and only the words that were missing (a first form re-read every
+  // slot and summed anew: its top took 1.8-3.1 us on the deep layers). TS_GROUP: 16-byte
+  // words per thread in flight, 16 (64 registers) where the launch gives a thread 192
+  // registers or more, else 8 (256 threads x 2 CTAs per SM spilled with 16).
   static constexpr int TS_GROUP = REG_POOL >= 192 ? 16 : 8;
   template <typename Acc>
   __device__ __forceinline__ void top_sum(Acc& acc, int slab, int n_tile, int top, int bottom) {
@@ -1723,34 +1727,39 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     constexpr int G = TS_GROUP / NF > 0 ? TS_GROUP / NF : 1;
     FragC* own = reinterpret_cast<FragC*>(&acc);
     FragC sum[NF];
-    bool ready;
-    do {
-      zero_frags<NF>(sum);
-      ready = true;
-      for (int c0 = bottom; c0 > top; c0 -= G) {
-        uint4 w[G][NF];
+    zero_frags<NF>(sum);
+    for (int c0 = bottom; c0 > top; c0 -= G) {
+      uint4 w[G][NF];
+#pragma unroll
+      for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+          w[g][f] = c0 - g > top ? ld_relaxed_gpu_v4_fresh(word_slot(c0 - g) + f * 32)
+                                 : make_uint4(1u, 1u, 1u, 1u);
+      bool missing;
+      do {
+        missing = false;
 #pragma unroll
         for (int g = 0; g < G; g++)
-          if (c0 - g > top) {
-            const uint4* src = word_slot(c0 - g);
 #pragma unroll
-            for (int f = 0; f < NF; f++) w[g][f] = ld_relaxed_gpu_v4_fresh(src + f * 32);
-          }
-#pragma unroll
-        for (int g = 0; g < G; g++)
-          if (c0 - g > top) {
-#pragma unroll
-            for (int f = 0; f < NF; f++) {
-              ready = ready && w[g][f].x != 0u && w[g][f].y != 0u && w[g][f].z != 0u &&
-                      w[g][f].w != 0u;
-              sum[f][0] += __uint_as_float(~w[g][f].x);
-              sum[f][1] += __uint_as_float(~w[g][f].y);
-              sum[f][2] += __uint_as_float(~w[g][f].z);
-              sum[f][3] += __uint_as_float(~w[g][f].w);
+          for (int f = 0; f < NF; f++)
+            if (w[g][f].x == 0u || w[g][f].y == 0u || w[g][f].z == 0u || w[g][f].w == 0u) {
+              w[g][f] = ld_relaxed_gpu_v4_fresh(word_slot(c0 - g) + f * 32);
+              missing = true;
             }
+      } while (missing);
+#pragma unroll
+      for (int g = 0; g < G; g++)
+        if (c0 - g > top) {
+#pragma unroll
+          for (int f = 0; f < NF; f++) {
+            sum[f][0] += __uint_as_float(~w[g][f].x);
+            sum[f][1] += __uint_as_float(~w[g][f].y);
+            sum[f][2] += __uint_as_float(~w[g][f].z);
+            sum[f][3] += __uint_as_float(~w[g][f].w);
           }
-      }
-    } while (!ready);   // a word was still 0: the whole sum again, reading every word anew
+        }
+    }
 #pragma unroll
     for (int f = 0; f < NF; f++)
 #pragma unroll
