@@ -673,6 +673,18 @@ __device__ __forceinline__ unsigned early_word(float x) {
   return ~(x != x ? 0x7fffffffu : __float_as_uint(x));
 }
 
+// Relaxed: no fence before it (no MEMBAR.ALL.GPU waiting for the thread's copies in flight),
+// and no value comes back. A hint that orders nothing (TOP_SUM's count of published slots).
+__device__ __forceinline__ void red_add_relaxed_gpu(int* p, int v) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // No value comes back, so the issuing thread does not wait for the memory system.
 __device__ __forceinline__ void red_add_release_gpu(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -1702,14 +1714,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // ---- TOP_SUM (config suffix _ts; NOTES.md entry 73). At the end of a split column, every
   // CTA but its top writes its partial into its own slot of words (word_slot(blockIdx.x); a CTA
-  // shares at most one column without being its top: the one its stripe starts in) and goes
-  // on or exits, without a count-in or a fence: the release that publishes a partial waits
-  // for every copy the thread has in flight and the CTA for the atomic's round trip (entries
-  // 53 and 68). The top reaches the column at its stripe's end; it reads every other slot
-  // (bottom..top + 1) in one pass with all of a slot's loads in flight, makes the pass again
-  // while a word is still 0, adds its own partial last (the order bottom..top from +0 of the
-  // last arriver's sum: the same bits), writes C and sets the slots back to 0. Only the top
-  // waits, at its stripe's end, and only for CTAs that never wait (co-resident persistent grid).
+  // shares at most one column without being its top: the one its stripe starts in), adds 1
+  // to the column's counter with a relaxed reduction, and goes on or exits: no fence and no
+  // round trip (the release that published a partial waited for every copy the thread had in
+  // flight, and the CTA for the atomic's answer: entries 53 and 68). The top reaches the
+  // column at its stripe's end; one thread waits until the counter holds every other sharer,
+  // then its warps read the slots (bottom..top + 1; each word until it is written: the counter
+  // orders nothing), add its own partial last (the order bottom..top from +0 of the last
+  // arriver's sum: the same bits), write C and set the slots and the counter back to 0. Only
+  // the top waits, at its stripe's end, and only for CTAs that never wait (co-resident
+  // persistent grid).
   static constexpr bool TOPSUM = TOP_SUM;
   // The top reads the slots in groups, bottom first, every load of a group issued before any
   // add, so that a group costs one round trip (entry 73: slot by slot, each slot's loads waited
@@ -2341,10 +2355,21 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if constexpr (TOPSUM) {   // the column's top sums; the others publish words and go on
       if (static_cast<int>(blockIdx.x) != top) {
         if (kw == 0) store_words<NF>(frags, word_slot(static_cast<int>(blockIdx.x)));
+        if (tid == 0) red_add_relaxed_gpu(locks + top, 1);
         stamp_if_last(7);
         stamp_if_last(8);
         return;
       }
+      // One thread waits for the others' counts (a hint: relaxed, it orders no word, so the
+      // sum still reads each word until it is written) and re-arms the counter: every sharer
+      // has counted in, so nothing else adds to it in this launch. Polling the words instead,
+      // every thread of every waiting top slowed the CTAs still streaming (entry 73).
+      if (tid == 0) {
+        while (ld_relaxed_gpu(locks + top) != bottom - top) {
+        }
+        locks[top] = 0;
+      }
+      cta_sync();
       stamp_if_last(7);
       if (kw == 0) top_sum(acc, slab, n_tile, top, bottom);
       stamp_if_last(8);
