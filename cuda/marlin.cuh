@@ -80,7 +80,9 @@
 // (Measurement, scripts/early_split_probe.py) 1: builds with the early bottom take it only
 // while the device word marlin_early_off is 0, read once per launch, so that one build (the
 // same SASS) runs with and without it: the early path's gain apart from the cost of the
-// schedule that its code gives the main loop (NOTES.md entries 69-70).
+// schedule that its code gives the main loop (NOTES.md entries 69-70). The same for the
+// column's top summing (TOP_SUM, entry 73): while the word is 1 its builds take the last
+// arriver's sum of their twin.
 #ifndef MARLIN_EARLY_RUNTIME
 #define MARLIN_EARLY_RUNTIME 0
 #endif
@@ -2353,6 +2355,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if constexpr (TOPSUM) {   // the column's top sums; the others publish words and go on
+#if MARLIN_EARLY_RUNTIME
+      if (!early_off) {
+#endif
       if (static_cast<int>(blockIdx.x) != top) {
         if (kw == 0) store_words<NF>(frags, word_slot(static_cast<int>(blockIdx.x)));
         if (tid == 0) red_add_relaxed_gpu(locks + top, 1);
@@ -2374,6 +2379,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (kw == 0) top_sum(acc, slab, n_tile, top, bottom);
       stamp_if_last(8);
       return;
+#if MARLIN_EARLY_RUNTIME
+      }
+#endif
     }
     // The early bottom (MARLIN_PAR_EARLY_BOTTOM): its partial into the column's slot, and on.
     bool early = false;

@@ -19,6 +19,10 @@ a build with that code costs a launch that never takes it (R's build next to E's
 check that the switch does not move the loop). The four outputs must be the same bits (the
 early bottom adds the same partials in the same order); a mismatch is counted (exit status 1).
 Prints a line per layer and the sums per M, and writes every row to OUT.json.
+
+``--variant top_sum``: the same split for the column's top summing (``top_sum``, suffix
+``_ts``, NOTES.md entry 73) instead: P is the config with neither it nor the early bottom, E
+the config with it, and R0 its build taking the last arriver's sum of P.
 """
 from __future__ import annotations
 
@@ -39,9 +43,12 @@ RUNTIME_PREFIX = "#define MARLIN_EARLY_RUNTIME 1\n"
 ORDER = ("P", "E", "R1", "R0", "R0", "R1", "E", "P")
 
 
-def pairs_for(cfg):
-    """``(P, E)``: the config without and with the early bottom, or None where it cannot take
-    it."""
+def pairs_for(cfg, variant: str = "early_bottom"):
+    """``(P, E)``: the config without and with the early bottom (or the column's top summing,
+    ``variant="top_sum"``), or None where it cannot take it."""
+    if variant == "top_sum":
+        e = cfg.with_(top_sum=True, early_bottom=False)
+        return None if e.problems() else (cfg.with_(early_bottom=False), e)
     e = cfg.with_(early_bottom=True)
     if e.problems():
         return None
@@ -62,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,8")
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--variant", default="early_bottom", choices=("early_bottom", "top_sum"))
     a = p.parse_args(argv)
     ms = [int(v) for v in a.m.split(",")]
     if os.environ.get("MARLIN_CUPY_DEFINES", "").strip():
@@ -77,7 +85,7 @@ def main(argv=None) -> int:
     todo = {}
     for k, n in shapes:
         for m in ms:
-            both = pairs_for(ops.plan(m, n, k, a.group_size).config)
+            both = pairs_for(ops.plan(m, n, k, a.group_size).config, a.variant)
             if both is not None:
                 todo[(k, n, m)] = both
     runtime, flags = {}, {}
@@ -132,7 +140,8 @@ def main(argv=None) -> int:
               f"us; end {s['R1'] - s['R0']:+.1f}, schedule {s['R0'] - s['P']:+.1f}, total "
               f"{s['E'] - s['P']:+.1f}")
     with open(a.out, "w") as f:
-        json.dump({"kind": "early_split_probe", "sets": a.sets, "environment": environment(),
+        json.dump({"kind": "early_split_probe", "variant": a.variant, "sets": a.sets,
+                   "environment": environment(),
                    "mismatches": mismatches, "rows": rows,
                    "summed": {str(m): s for m, s in sorted(sums.items())}}, f, indent=1)
     print(f"early_split_probe: {len(rows)} rows, {mismatches} mismatches")

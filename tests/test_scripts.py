@@ -514,6 +514,11 @@ def test_early_split_probe_pairs_and_shares():
     assert e == cfg and p == cfg.with_(early_bottom=False) and not p.early_bottom
     assert es.pairs_for(p) == (p, e)
     assert es.pairs_for(KernelConfig.from_name("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws")) is None
+    # The column's top summing: against the twin with neither; not on the serial chain.
+    p, t = es.pairs_for(cfg, "top_sum")
+    assert p == cfg.with_(early_bottom=False) and t == p.with_(top_sum=True)
+    assert es.pairs_for(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
+                        "top_sum") is None
     s = es.split({"P": 10.0, "E": 10.2, "R1": 10.1, "R0": 10.4})
     assert s == pytest.approx({"end_us": -0.3, "schedule_us": 0.4, "total_us": 0.2})
     assert es.ORDER == tuple(reversed(es.ORDER))   # symmetric: drifts fall on all alike
