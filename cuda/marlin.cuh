@@ -675,18 +675,6 @@ __device__ __forceinline__ unsigned early_word(float x) {
   return ~(x != x ? 0x7fffffffu : __float_as_uint(x));
 }
 
-// Relaxed: no fence before it (no MEMBAR.ALL.GPU waiting for the thread's copies in flight),
-// and no value comes back. A hint that orders nothing (TOP_SUM's count of published slots).
-__device__ __forceinline__ void red_add_relaxed_gpu(int* p, int v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // No value comes back, so the issuing thread does not wait for the memory system.
 __device__ __forceinline__ void red_add_release_gpu(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -1716,26 +1704,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // ---- TOP_SUM (config suffix _ts; NOTES.md entry 73). At the end of a split column, every
   // CTA but its top writes its partial into its own slot of words (word_slot(blockIdx.x); a CTA
-  // shares at most one column without being its top: the one its stripe starts in), adds 1
-  // to the column's counter with a relaxed reduction, and goes on or exits: no fence and no
-  // round trip (the release that published a partial waited for every copy the thread had in
-  // flight, and the CTA for the atomic's answer: entries 53 and 68). The top reaches the
-  // column at its stripe's end; one thread waits until the counter holds every other sharer,
-  // then its warps read the slots (bottom..top + 1; each word until it is written: the counter
-  // orders nothing), add its own partial last (the order bottom..top from +0 of the last
-  // arriver's sum: the same bits), write C and set the slots and the counter back to 0. Only
-  // the top waits, at its stripe's end, and only for CTAs that never wait (co-resident
-  // persistent grid).
+  // shares at most one column without being its top: the one its stripe starts in) and goes
+  // on or exits, without a count-in or a fence (the release that published a partial waited
+  // for every copy the thread had in flight, and the CTA for the atomic's answer: entries 53
+  // and 68). The top reaches the column at its stripe's end; it reads every other slot
+  // (bottom..top + 1) in passes (top_sum), adds its own partial last (the order bottom..top
+  // from +0 of the last arriver's sum: the same bits), writes C and sets the slots back to 0.
+  // Only the top waits, at its stripe's end, and only for CTAs that never wait (co-resident
+  // persistent grid). The column's counter is not used.
   static constexpr bool TOPSUM = TOP_SUM;
-  // The top reads the slots in groups, bottom first, every load of a group issued before any
-  // add, so that a group costs one round trip (entry 73: slot by slot, each slot's loads waited
-  // for the adds of the one before, and the top of a column of 4 CTAs took 2.1 us). A word
-  // still 0 is read again, with every other such word of the group, until none is left, and
-  // only then is the group added: the sum keeps its order and is made once, and a re-read
-  // costs one round trip and only the words that were missing (a first form re-read every
-  // slot and summed anew: its top took 1.8-3.1 us on the deep layers). TS_GROUP: 16-byte
-  // words per thread in flight, 16 (64 registers) where the launch gives a thread 192
-  // registers or more, else 8 (256 threads x 2 CTAs per SM spilled with 16).
+  // A pass reads the slots in groups, every load of a group issued before any add, so that a
+  // group costs one round trip (entry 73: slot by slot, each slot's loads waited for the adds
+  // of the one before, and the top of a column of 4 CTAs took 2.1 us). TS_GROUP: 16-byte
+  // words per thread in flight: 16 (64 registers) where the launch gives a thread 192
+  // registers or more, else 8 (32 for 256 threads x 2 CTAs per SM would spill). Entry 73 also
+  // measured two other waits, both slower in the A/B: a group's missing words re-read alone
+  // before the group is added, and a relaxed count of published slots that one thread of the
+  // top waits on before the words are read.
   static constexpr int TS_GROUP = REG_POOL >= 192 ? 16 : 8;
   template <typename Acc>
   __device__ __forceinline__ void top_sum(Acc& acc, int slab, int n_tile, int top, int bottom) {
@@ -1743,39 +1728,34 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     constexpr int G = TS_GROUP / NF > 0 ? TS_GROUP / NF : 1;
     FragC* own = reinterpret_cast<FragC*>(&acc);
     FragC sum[NF];
-    zero_frags<NF>(sum);
-    for (int c0 = bottom; c0 > top; c0 -= G) {
-      uint4 w[G][NF];
-#pragma unroll
-      for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int f = 0; f < NF; f++)
-          w[g][f] = c0 - g > top ? ld_relaxed_gpu_v4_fresh(word_slot(c0 - g) + f * 32)
-                                 : make_uint4(1u, 1u, 1u, 1u);
-      bool missing;
-      do {
-        missing = false;
+    bool ready;
+    do {
+      zero_frags<NF>(sum);
+      ready = true;
+      for (int c0 = bottom; c0 > top; c0 -= G) {
+        uint4 w[G][NF];
 #pragma unroll
         for (int g = 0; g < G; g++)
+          if (c0 - g > top) {
+            const uint4* src = word_slot(c0 - g);
 #pragma unroll
-          for (int f = 0; f < NF; f++)
-            if (w[g][f].x == 0u || w[g][f].y == 0u || w[g][f].z == 0u || w[g][f].w == 0u) {
-              w[g][f] = ld_relaxed_gpu_v4_fresh(word_slot(c0 - g) + f * 32);
-              missing = true;
-            }
-      } while (missing);
-#pragma unroll
-      for (int g = 0; g < G; g++)
-        if (c0 - g > top) {
-#pragma unroll
-          for (int f = 0; f < NF; f++) {
-            sum[f][0] += __uint_as_float(~w[g][f].x);
-            sum[f][1] += __uint_as_float(~w[g][f].y);
-            sum[f][2] += __uint_as_float(~w[g][f].z);
-            sum[f][3] += __uint_as_float(~w[g][f].w);
+            for (int f = 0; f < NF; f++) w[g][f] = ld_relaxed_gpu_v4_fresh(src + f * 32);
           }
-        }
-    }
+#pragma unroll
+        for (int g = 0; g < G; g++)
+          if (c0 - g > top) {
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+              ready = ready && w[g][f].x != 0u && w[g][f].y != 0u && w[g][f].z != 0u &&
+                      w[g][f].w != 0u;
+              sum[f][0] += __uint_as_float(~w[g][f].x);
+              sum[f][1] += __uint_as_float(~w[g][f].y);
+              sum[f][2] += __uint_as_float(~w[g][f].z);
+              sum[f][3] += __uint_as_float(~w[g][f].w);
+            }
+          }
+      }
+    } while (!ready);   // a word was still 0: the whole sum again, reading every word anew
 #pragma unroll
     for (int f = 0; f < NF; f++)
 #pragma unroll
@@ -2360,21 +2340,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #endif
       if (static_cast<int>(blockIdx.x) != top) {
         if (kw == 0) store_words<NF>(frags, word_slot(static_cast<int>(blockIdx.x)));
-        if (tid == 0) red_add_relaxed_gpu(locks + top, 1);
         stamp_if_last(7);
         stamp_if_last(8);
         return;
       }
-      // One thread waits for the others' counts (a hint: relaxed, it orders no word, so the
-      // sum still reads each word until it is written) and re-arms the counter: every sharer
-      // has counted in, so nothing else adds to it in this launch. Polling the words instead,
-      // every thread of every waiting top slowed the CTAs still streaming (entry 73).
-      if (tid == 0) {
-        while (ld_relaxed_gpu(locks + top) != bottom - top) {
-        }
-        locks[top] = 0;
-      }
-      cta_sync();
       stamp_if_last(7);
       if (kw == 0) top_sum(acc, slab, n_tile, top, bottom);
       stamp_if_last(8);
