@@ -237,6 +237,9 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     out.pop("reselected", None)
     out["merged"] = {"base_git_commit": base.get("git_commit"), "base_date": base.get("date"),
                      "buckets": list(buckets), "layers": sorted({(k, n) for (k, n) in shapes})}
+    if new.get("narrow"):
+        # A narrow re-tune: the pairs' measurements are now those few configs' alone.
+        out["merged"]["narrow"] = new["narrow"]
     if keep_within > 0:
         out["merged"]["keep_within"] = keep_within
         out["merged"]["incumbents"] = [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"],
@@ -348,16 +351,44 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
     return out
 
 
+def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
+                      early_bottom: bool = False, top_sum: bool = False) -> list:
+    """A narrow re-tune's candidates for one (layer, bucket): the ``top`` configs that
+    ``table``'s stored measurements score fastest there (summed over the bucket's M, as
+    ``select_entries`` scores), each also without its early bottom and column's top summing,
+    and with them where ``early_bottom`` / ``top_sum`` ask and the config can take them.
+    Empty where the table measured nothing for that pair."""
+    by_cfg = {}
+    for r in table.get("measurements", []):
+        if r["n"] == n and r["k"] == k and m_bucket(r["m"]) == bucket:
+            by_cfg.setdefault(r["config"], {})[r["m"]] = r["median_us"]
+    ms = {m for per_m in by_cfg.values() for m in per_m}
+    scored = {name: sum(per_m.values()) for name, per_m in by_cfg.items() if len(per_m) == len(ms)}
+    best = [KernelConfig.from_name(name) for name in sorted(scored, key=scored.get)[:top]]
+    out = []
+    for c in best:
+        plain = c.with_(early_bottom=False, top_sum=False)
+        twins = [plain, c]
+        if early_bottom:
+            twins.append(plain.with_(early_bottom=True))
+        if top_sum:
+            twins.append(plain.with_(top_sum=True))
+        out += [t for t in twins if not t.problems()]
+    return list(dict.fromkeys(out))
+
+
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
-         top_sum: bool = False) -> dict:
+         top_sum: bool = False, narrow: tuple | None = None) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
     measures every candidate with both cross-CTA reductions (NOTES.md entry 12).
     ``early_bottom`` adds the early-bottom twin of every candidate that can take it (tiles
     below 32 rows: the buckets up to 16; NOTES.md entry 69); ``top_sum`` the twin with the
-    column's top summing of every parallel-reduction candidate that can take it (entry 73)."""
+    column's top summing of every parallel-reduction candidate that can take it (entry 73).
+    ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
+    (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes)."""
     import cupy as cp
     import numpy as np
 
@@ -370,10 +401,15 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     rng = np.random.default_rng(0)
     wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
-    all_cfgs = {c for (k, n, b) in jobs for c in candidates(BUCKET_M[b], n, k, group_size,
-                                                           facts["smem_optin"], wg,
-                                                           parallel_reduce, early_bottom,
-                                                           top_sum)}
+    def cands(k, n, b):
+        if narrow is not None:
+            return [c for c in narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom,
+                                                 top_sum)
+                    if _fits(c, n, k, facts["smem_optin"]) and (wg or not c.wgmma)]
+        return candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
+                          parallel_reduce, early_bottom, top_sum)
+
+    all_cfgs = {c for (k, n, b) in jobs for c in cands(k, n, b)}
     kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
     entries, rows = [], []
     try:
@@ -389,8 +425,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             for b in buckets:
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
-                for cfg in candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
-                                      parallel_reduce, early_bottom, top_sum):
+                for cfg in cands(k, n, b):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
                     for m, x in xs.items():      # each M of the bucket; scored summed
@@ -411,6 +446,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             "versions": env.get("versions"),
             **({"kernel_defines": env["kernel_defines"]} if "kernel_defines" in env else {}),
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
+            **({"narrow": narrow[1]} if narrow is not None else {}),
             "entries": entries, "measurements": rows}
 
 
@@ -447,6 +483,10 @@ def main(argv=None) -> int:
     p.add_argument("--merge", metavar="TABLE",
                    help="with --buckets: start from TABLE and replace only the tuned buckets' "
                         "measurements and entries of the tuned layers (same device and group size)")
+    p.add_argument("--narrow", type=int, default=0, metavar="N",
+                   help="with --merge: measure only the N configs that TABLE's stored "
+                        "measurements score fastest per tuned pair, with their variants "
+                        "(--early-bottom, --top-sum), instead of every candidate")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
                    help="with --merge: keep TABLE's config for a tuned pair where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "
@@ -458,6 +498,8 @@ def main(argv=None) -> int:
         p.error(str(e))
     if a.merge and not a.buckets:
         p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
+    if a.narrow and not a.merge:
+        p.error("--narrow needs --merge (the configs come from TABLE's measurements)")
     if a.keep_within and not a.merge:
         p.error("--keep-within needs --merge (the incumbents are TABLE's entries)")
     if a.keep_within < 0:
@@ -507,7 +549,8 @@ def main(argv=None) -> int:
                     f"{device!r}")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
-                 early_bottom=a.early_bottom, top_sum=a.top_sum)
+                 early_bottom=a.early_bottom, top_sum=a.top_sum,
+                 narrow=(base, a.narrow) if a.narrow else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

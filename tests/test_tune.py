@@ -310,6 +310,11 @@ class TestPartialRetune:
             tune.main(["--buckets", "8", "--keep-within", "1"])
         assert "--keep-within needs --merge" in capsys.readouterr().err
 
+    def test_narrow_needs_merge(self, capsys):
+        with pytest.raises(SystemExit):
+            tune.main(["--buckets", "8", "--narrow", "4"])
+        assert "--narrow needs --merge" in capsys.readouterr().err
+
     def test_merge_needs_buckets(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--merge", "x.json"])
@@ -378,3 +383,26 @@ def test_top_sum_twins_only_where_they_apply():
                               if not c.early_bottom and not c.with_(top_sum=True).problems())
     assert not any(c.top_sum for c in tune.candidates(
         32, 4096, 11008, 128, 232448, wgmma=True, parallel_reduce=True, top_sum=True))
+
+
+def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
+    """--narrow N: the N configs a table's measurements score fastest for a pair (summed over
+    the bucket's M; a config missing one M does not compete), each plain, as stored, and with
+    the variants asked for where valid; nothing for a pair the table never measured."""
+    from marlin_cupy import tune
+    from marlin_cupy.config import KernelConfig
+    eb = "t256_m1_n16_k8_s6_g8_fp32par_sw1_eb"
+    serial = "t256_m1_n16_k8_s4_g8_fp32_sw1_b2"
+    slow = "t256_m1_n8_k16_s6_g8_fp32par_sw1"
+    partial = "t256_m1_n16_k16_s4_g8_fp32par_sw1"
+    rows = [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t + m / 100}
+            for c, t in ((eb, 10.0), (serial, 11.0), (slow, 12.0)) for m in (1, 8)]
+    rows.append({"n": 4096, "k": 4096, "m": 8, "config": partial, "median_us": 1.0})
+    rows.append({"n": 4096, "k": 4096, "m": 16, "config": slow, "median_us": 0.5})  # bucket 16
+    table = {"measurements": rows}
+    got = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True)]
+    plain = KernelConfig.from_name(eb).with_(early_bottom=False)
+    assert got == [plain.name, eb, plain.with_(top_sum=True).name,
+                   "t256_m1_n16_k8_s4_g8_fp32_sw1_b2", "t256_m1_n16_k8_s4_g8_fp32_sw1_eb_b2"]
+    assert [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 1)] == [plain.name, eb]
+    assert tune.narrow_candidates(table, 4096, 8192, 8, 3) == []
