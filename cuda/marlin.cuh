@@ -96,6 +96,14 @@
 #ifndef MARLIN_EARLY_SUM_LOOP
 #define MARLIN_EARLY_SUM_LOOP 0
 #endif
+// (Prepared, not yet measured; NOTES.md entry 73, lever 0) 1: builds with the column's top
+// summing (TOP_SUM, _ts) take it only on the split columns whose bottom CTA goes on past the
+// column (where entry 73 measured its end -0.7..-1.8 us per launch), and the last arriver's
+// count-in and sum on the others (where the top's wait cost +0.2..+1.7 us). The decision is
+// the column's own (early_bottom()), the same in every CTA that shares it.
+#ifndef MARLIN_TOP_SUM_EARLY_ONLY
+#define MARLIN_TOP_SUM_EARLY_ONLY 0
+#endif
 #if MARLIN_EARLY_RUNTIME
 __device__ int marlin_early_off;
 #endif
@@ -2335,9 +2343,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     if constexpr (TOPSUM) {   // the column's top sums; the others publish words and go on
-#if MARLIN_EARLY_RUNTIME
-      if (!early_off) {
+      bool words = true;
+#if MARLIN_TOP_SUM_EARLY_ONLY
+      // Only where the column's bottom goes on past it (its CTA would fence mid-stripe); the
+      // last arriver's count-in elsewhere, where every sharer ends with the column.
+      words = early_bottom(n_tile * parallel + slab, bottom);
 #endif
+#if MARLIN_EARLY_RUNTIME
+      words = words && !early_off;
+#endif
+      if (words) {
       if (static_cast<int>(blockIdx.x) != top) {
         if (kw == 0) store_words<NF>(frags, word_slot(static_cast<int>(blockIdx.x)));
         stamp_if_last(7);
@@ -2348,9 +2363,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (kw == 0) top_sum(acc, slab, n_tile, top, bottom);
       stamp_if_last(8);
       return;
-#if MARLIN_EARLY_RUNTIME
       }
-#endif
     }
     // The early bottom (MARLIN_PAR_EARLY_BOTTOM): its partial into the column's slot, and on.
     bool early = false;

@@ -277,6 +277,32 @@ class TestParallelReduction:
                             (sym, m, max_ctas)
                 judge(cp.asnumpy(x), qw, got[0])
 
+    @pytest.mark.parametrize("cfg", TOP_SUM_EXAMPLES[:3], ids=lambda c: c.name)
+    def test_top_sum_early_only_same_bits_as_its_twin(self, cfg):
+        """MARLIN_TOP_SUM_EARLY_ONLY 1 (prepared, NOTES.md entry 73): the top's sum on the
+        columns with an early bottom, the last arriver's on the others, in one launch; the
+        same bits as the twin on grids with both kinds, and the workspace zero after."""
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg, True)
+        build = ops.build_kernel(cfg, prefix="#define MARLIN_TOP_SUM_EARLY_ONLY 1\n")
+        twin = cfg.with_(top_sum=False)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 7)
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
+        qw = make_weight(rng, k, n, group)
+        mw = mc.pack(qw).to_device()
+        for m in (1, 7):
+            x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+            for max_ctas in (2, 3, 7, 17, 33, 97, None):
+                want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
+                with ops.use_kernel(cfg, build):
+                    assert ops.plan(m, n, k, group, config=cfg).kernel is build
+                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
+                cp.cuda.get_current_stream().synchronize()
+                assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
+                for g in got:
+                    assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), (m, max_ctas)
+
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace
         cfg = KernelConfig.from_name("t256_m4_n8_k16_s4_g8_fp32par")

@@ -285,6 +285,23 @@ def test_top_sum_builds_have_no_count_in(monkeypatch):
         assert "relaxed.gpu.global.v4" not in plain
 
 
+def test_top_sum_early_only_keeps_the_count_in_for_the_other_columns(monkeypatch):
+    """MARLIN_TOP_SUM_EARLY_ONLY 1 (prepared, NOTES.md entry 73): a _ts build sums by its top
+    only where the column's bottom goes on past it, and keeps the last arriver's count-in
+    (the acq_rel atomic) for the other columns; builds without _ts do not change."""
+    from marlin_cupy.config import TOP_SUM_EXAMPLES
+    cfg = TOP_SUM_EXAMPLES[0]
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_TOP_SUM_EARLY_ONLY=1")
+    ptx = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    twin = jit.compile_ptx(kernels.marlin_source(cfg.with_(top_sum=False)), "sm_90")
+    assert "atom.acq_rel.gpu" in ptx and "ld.relaxed.gpu.global.v4.u32" in ptx
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES")
+    plain_twin = jit.compile_ptx(kernels.marlin_source(cfg.with_(top_sum=False)), "sm_90")
+    def code(ptx):   # line info moves with the source's lines
+        return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
+    assert code(twin) == code(plain_twin)
+
+
 def test_early_runtime_switch_is_one_device_word(monkeypatch):
     """MARLIN_EARLY_RUNTIME 1 (scripts/early_split_probe.py): the _eb build reads the device
     word marlin_early_off once and still holds the early path; builds without the switch have

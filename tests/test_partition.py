@@ -338,6 +338,56 @@ def test_top_sum_protocol_needs_the_top_last():
     assert sums[1].tobytes() != want.tobytes()
 
 
+def run_mixed_protocol(k_tiles, columns, grid, order_key):
+    """MARLIN_TOP_SUM_EARLY_ONLY 1: a column with an early bottom takes the top's sum (every
+    other sharer writes its slot of words), the others the last arriver's (every sharer counts
+    in, the last sums them bottom .. top). Each CTA meets at most one column as a non-top
+    sharer, so it writes at most one slot; both kinds run in one launch. Returns (sums,
+    slots, counters, partial, split)."""
+    partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
+    ends = column_ends(k_tiles, columns, grid)
+    slots, counters, sums, waiting = {}, {}, {}, []
+    for b, col, top, bottom in arrivals:
+        if early_bottom(k_tiles, columns, grid, col):
+            if b != top:
+                assert slots.get(b, 0) == 0, f"CTA {b} writes its slot twice"
+                slots[b] = _word(partial[(col, b)])
+            else:
+                assert (col, top, bottom, True) in ends[b]   # the top waits at its stripe's end
+                waiting.append((col, top, bottom))
+        else:
+            old = counters.get(top, 0)
+            counters[top] = old + 1
+            if old == bottom - top:   # the last arriver
+                acc = _f32(0.0)
+                for cta in range(bottom, top - 1, -1):
+                    acc = _f32(acc + partial[(col, cta)])
+                assert col not in sums
+                sums[col] = acc
+                counters[top] = 0
+        for w in list(waiting):
+            col_, top_, bottom_ = w
+            if any(slots.get(cta, 0) == 0 for cta in range(bottom_, top_, -1)):
+                continue
+            acc = _f32(0.0)
+            for cta in range(bottom_, top_, -1):
+                acc = _f32(acc + _unword(slots[cta]))
+                slots[cta] = 0
+            assert col_ not in sums
+            sums[col_] = _f32(acc + partial[(col_, top_)])
+            waiting.remove(w)
+    assert not waiting, "a top never summed"
+    return sums, slots, counters, partial, split
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
+def test_top_sum_early_only_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
+    sums, slots, counters, partial, split = run_mixed_protocol(
+        k_tiles, columns, grid, lambda b, col: ((b * 6151 + col * 3571 + seed) % 997, b))
+    assert_same_bits_and_zero(sums, _last_arriver_sum(partial), split, slots, counters)
+
+
 def test_early_word_is_never_zero_and_round_trips():
     import numpy as np
     for x in (0.0, -0.0, 1.5, -3.25e-30, np.inf, -np.inf, 3.4e38):
