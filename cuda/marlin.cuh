@@ -1646,8 +1646,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // (EARLY), or the partial of the CTA `index` (TOP_SUM); the layout of store_scratch.
   __device__ __forceinline__ uint4* word_slot(int index) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
-    return reinterpret_cast<uint4*>(locks + region0) + static_cast<size_t>(index) * (TILE_M * TILE_N / 4) +
-           (mw * N_WARPS + nw) * RED_WARP + lane;
+    return reinterpret_cast<uint4*>(locks + region0) +
+           static_cast<size_t>(index) * (TILE_M * TILE_N / 4) + (mw * N_WARPS + nw) * RED_WARP +
+           lane;
   }
   __device__ __forceinline__ uint4* early_slot(int col) const { return word_slot(col); }
   template <int NF>
@@ -1666,9 +1667,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // says whether every word was written (if not, the caller sums again with SPIN). With SPIN
   // every word's first read is issued before any is tested: a test between two reads would
   // make them NF round trips one after another (entry 70: +0.6 us on the serial chain).
-  // FRESH (not with SPIN): read once, but anew each time the code runs (a pass of a loop).
-  template <int NF, bool SPIN, bool FRESH = false>
-  __device__ __forceinline__ bool add_words(FragC* acc, const uint4* src) {
+  template <int NF, bool SPIN>
+  __device__ __forceinline__ bool add_early(FragC* acc, int col) {
+    const uint4* src = early_slot(col);
     bool ready = true;
     uint4 words[NF];
 #pragma unroll
@@ -1676,7 +1677,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #if MARLIN_EARLY_SUM_LOOP
       words[f] = SPIN ? ld_relaxed_gpu_v4<true>(src + f * 32) : ld_relaxed_gpu_v4_fresh(src + f * 32);
 #else
-      words[f] = FRESH ? ld_relaxed_gpu_v4_fresh(src + f * 32) : ld_relaxed_gpu_v4<SPIN>(src + f * 32);
+      words[f] = ld_relaxed_gpu_v4<SPIN>(src + f * 32);
 #endif
     }
 #pragma unroll
@@ -1694,10 +1695,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       acc[f][3] += __uint_as_float(~w.w);
     }
     return ready;
-  }
-  template <int NF, bool SPIN>
-  __device__ __forceinline__ bool add_early(FragC* acc, int col) {
-    return add_words<NF, SPIN>(acc, early_slot(col));
   }
   // After the sum: the slot is 0 again for the next launch.
   template <int NF>

@@ -93,11 +93,7 @@ def config_targets():
         marlin_entry = None
     from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
                                     MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
-                                    WGMMA_EXAMPLES, tuned_instances)
-    try:
-        from marlin_cupy.config import TOP_SUM_EXAMPLES
-    except ImportError:
-        TOP_SUM_EXAMPLES = ()
+                                    TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",

@@ -245,28 +245,37 @@ class TestParallelReduction:
                             (sym, m, max_ctas)
                 judge(cp.asnumpy(x), qw, got[0])
 
+    @pytest.mark.parametrize("early_only", (False, True), ids=("all_columns", "early_only"))
     @pytest.mark.parametrize("cfg", TOP_SUM_EXAMPLES, ids=lambda c: c.name)
-    def test_top_sum_same_bits_as_its_twin_and_workspace_zero(self, cfg):
+    def test_top_sum_same_bits_as_its_twin_and_workspace_zero(self, cfg, early_only):
         """The column's top summing (``top_sum``, config suffix _ts; NOTES.md entry 73)
         against its twin with the last arriver's sum: the same bits on many partitions (2 to
         40 CTAs per column; bottoms inside stripes and at their ends), calls back to back
         without a sync between them, plain and with ``pdl=True``, and the workspace is zero
-        again after them."""
+        again after them. ``early_only``: the build with MARLIN_TOP_SUM_EARLY_ONLY 1
+        (prepared), the top's sum on the columns with an early bottom and the last arriver's
+        on the others in one launch; that build is the plain symmetric one (no ``pdl=True``,
+        no zero points)."""
+        import contextlib
         from marlin_cupy import ops
         _skip_unless_runs(cfg, True)
         twin = cfg.with_(top_sum=False)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + early_only)
         group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
         k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        pdl = int(cp.cuda.Device().compute_capability) >= 90
-        for sym in (True, False):
+        build = (ops.build_kernel(cfg, prefix="#define MARLIN_TOP_SUM_EARLY_ONLY 1\n")
+                 if early_only else None)
+        pdl = not early_only and int(cp.cuda.Device().compute_capability) >= 90
+        for sym in (True,) if early_only else (True, False):
             qw = make_weight(rng, k, n, group, sym=sym)
             mw = mc.pack(qw).to_device()
             for m in (1, 7, min(16, cfg.max_m or 16)):
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                 for max_ctas in (2, 3, 7, 17, 33, 97, None):
                     want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
+                    with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
+                        assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
+                        got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
                     if pdl:
                         got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
                                 for _ in range(3)]
@@ -276,32 +285,6 @@ class TestParallelReduction:
                         assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
                             (sym, m, max_ctas)
                 judge(cp.asnumpy(x), qw, got[0])
-
-    @pytest.mark.parametrize("cfg", TOP_SUM_EXAMPLES[:3], ids=lambda c: c.name)
-    def test_top_sum_early_only_same_bits_as_its_twin(self, cfg):
-        """MARLIN_TOP_SUM_EARLY_ONLY 1 (prepared, NOTES.md entry 73): the top's sum on the
-        columns with an early bottom, the last arriver's on the others, in one launch; the
-        same bits as the twin on grids with both kinds, and the workspace zero after."""
-        from marlin_cupy import ops
-        _skip_unless_runs(cfg, True)
-        build = ops.build_kernel(cfg, prefix="#define MARLIN_TOP_SUM_EARLY_ONLY 1\n")
-        twin = cfg.with_(top_sum=False)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 7)
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        qw = make_weight(rng, k, n, group)
-        mw = mc.pack(qw).to_device()
-        for m in (1, 7):
-            x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-            for max_ctas in (2, 3, 7, 17, 33, 97, None):
-                want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                with ops.use_kernel(cfg, build):
-                    assert ops.plan(m, n, k, group, config=cfg).kernel is build
-                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
-                cp.cuda.get_current_stream().synchronize()
-                assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
-                for g in got:
-                    assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), (m, max_ctas)
 
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace

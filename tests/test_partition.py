@@ -209,6 +209,15 @@ def assert_same_bits_and_zero(sums, want, split, *workspaces):
         assert all(v == 0 for v in ws.values())
 
 
+def _last_arriver_sum(partial):
+    def shipped(col, top, bottom):   # the last arriver's order: from +0, bottom .. top
+        acc = _f32(0.0)
+        for cta in range(bottom, top - 1, -1):
+            acc = _f32(acc + partial[(col, cta)])
+        return acc
+    return shipped
+
+
 def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
     """Every split column's CTAs in a scrambled order: an early bottom writes its slot, the
     others count in, the last of them (old value == bottom - top - target_offset when the
@@ -249,13 +258,7 @@ def run_early_protocol(k_tiles, columns, grid, order_key, target_offset=1):
 def test_early_bottom_protocol_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
     sums, counters, slots, partial, split = run_early_protocol(
         k_tiles, columns, grid, lambda b, col: ((b * 7919 + col * 104729 + seed) % 1009, b))
-
-    def shipped(col, top, bottom):   # the last arriver's order: from +0, bottom .. top
-        acc = _f32(0.0)
-        for cta in range(bottom, top - 1, -1):
-            acc = _f32(acc + partial[(col, cta)])
-        return acc
-    assert_same_bits_and_zero(sums, shipped, split, counters, slots)
+    assert_same_bits_and_zero(sums, _last_arriver_sum(partial), split, counters, slots)
 
 
 def test_early_bottom_protocol_needs_the_smaller_count():
@@ -274,15 +277,24 @@ def test_early_bottom_protocol_needs_the_smaller_count():
 # stripe's end, waits until every other sharer's slot is written, adds them bottom .. top + 1
 # from +0, then its own partial, and writes the slots back to 0.
 
-def run_top_sum_protocol(k_tiles, columns, grid, order_key, own_first=False):
+def run_top_sum_protocol(k_tiles, columns, grid, order_key, own_first=False, early_only=False):
     """The CTAs' arrivals at split columns in a scrambled order; the top sums as soon as every
     slot it reads is written. ``own_first`` (a mutation): the top starts from its own partial.
-    Returns (sums, slots, partial, split)."""
+    ``early_only`` (MARLIN_TOP_SUM_EARLY_ONLY 1): only the columns with an early bottom take
+    the top's sum, the others the last arriver's (every sharer counts in, the last sums them
+    bottom .. top), both kinds in one launch. Returns (sums, slots, counters, partial, split)."""
     partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
     ends = column_ends(k_tiles, columns, grid)
-    slots, sums, pending = {}, {}, []
+    slots, counters, sums, pending = {}, {}, {}, []
     for b, col, top, bottom in arrivals:
-        if b != top:
+        if early_only and not early_bottom(k_tiles, columns, grid, col):
+            old = counters.get(top, 0)
+            counters[top] = old + 1
+            if old == bottom - top:   # the last arriver
+                assert col not in sums, "a column summed twice"
+                sums[col] = _last_arriver_sum(partial)(col, top, bottom)
+                counters[top] = 0
+        elif b != top:
             # A CTA is a non-top sharer of one column at most (the one its stripe starts in):
             # its slot is empty when it writes.
             assert slots.get(b, 0) == 0, f"CTA {b} writes its slot twice"
@@ -307,23 +319,15 @@ def run_top_sum_protocol(k_tiles, columns, grid, order_key, own_first=False):
                 slots[cta] = 0
             pending.remove(p)
     assert not pending, "a top never summed"
-    return sums, slots, partial, split
-
-
-def _last_arriver_sum(partial):
-    def shipped(col, top, bottom):   # the last arriver's order: from +0, bottom .. top
-        acc = _f32(0.0)
-        for cta in range(bottom, top - 1, -1):
-            acc = _f32(acc + partial[(col, cta)])
-        return acc
-    return shipped
+    return sums, slots, counters, partial, split
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
 def test_top_sum_protocol_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
-    sums, slots, partial, split = run_top_sum_protocol(
+    sums, slots, counters, partial, split = run_top_sum_protocol(
         k_tiles, columns, grid, lambda b, col: ((b * 7919 + col * 104729 + seed) % 1009, b))
+    assert not counters   # no column counts in
     assert_same_bits_and_zero(sums, _last_arriver_sum(partial), split, slots)
 
 
@@ -331,60 +335,19 @@ def test_top_sum_protocol_needs_the_top_last():
     """A top that starts from its own partial adds in another order: the model sees other bits
     on a column shared by three CTAs whose partials differ by decades."""
     k_tiles, columns, grid = 7, 2, 5   # column 1: CTAs 2 (top), 3 and 4
-    sums, _, partial, split = run_top_sum_protocol(k_tiles, columns, grid, lambda b, col: (b, col),
-                                                   own_first=True)
+    sums, _, _, partial, split = run_top_sum_protocol(k_tiles, columns, grid,
+                                                      lambda b, col: (b, col), own_first=True)
     assert split[1] == (2, 4)
     want = _last_arriver_sum(partial)(1, 2, 4)
     assert sums[1].tobytes() != want.tobytes()
 
 
-def run_mixed_protocol(k_tiles, columns, grid, order_key):
-    """MARLIN_TOP_SUM_EARLY_ONLY 1: a column with an early bottom takes the top's sum (every
-    other sharer writes its slot of words), the others the last arriver's (every sharer counts
-    in, the last sums them bottom .. top). Each CTA meets at most one column as a non-top
-    sharer, so it writes at most one slot; both kinds run in one launch. Returns (sums,
-    slots, counters, partial, split)."""
-    partial, arrivals, split = split_arrivals(k_tiles, columns, grid, order_key)
-    ends = column_ends(k_tiles, columns, grid)
-    slots, counters, sums, waiting = {}, {}, {}, []
-    for b, col, top, bottom in arrivals:
-        if early_bottom(k_tiles, columns, grid, col):
-            if b != top:
-                assert slots.get(b, 0) == 0, f"CTA {b} writes its slot twice"
-                slots[b] = _word(partial[(col, b)])
-            else:
-                assert (col, top, bottom, True) in ends[b]   # the top waits at its stripe's end
-                waiting.append((col, top, bottom))
-        else:
-            old = counters.get(top, 0)
-            counters[top] = old + 1
-            if old == bottom - top:   # the last arriver
-                acc = _f32(0.0)
-                for cta in range(bottom, top - 1, -1):
-                    acc = _f32(acc + partial[(col, cta)])
-                assert col not in sums
-                sums[col] = acc
-                counters[top] = 0
-        for w in list(waiting):
-            col_, top_, bottom_ = w
-            if any(slots.get(cta, 0) == 0 for cta in range(bottom_, top_, -1)):
-                continue
-            acc = _f32(0.0)
-            for cta in range(bottom_, top_, -1):
-                acc = _f32(acc + _unword(slots[cta]))
-                slots[cta] = 0
-            assert col_ not in sums
-            sums[col_] = _f32(acc + partial[(col_, top_)])
-            waiting.remove(w)
-    assert not waiting, "a top never summed"
-    return sums, slots, counters, partial, split
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 140), st.integers(0, 10 ** 6))
 def test_top_sum_early_only_same_bits_and_zero_workspace(k_tiles, columns, grid, seed):
-    sums, slots, counters, partial, split = run_mixed_protocol(
-        k_tiles, columns, grid, lambda b, col: ((b * 6151 + col * 3571 + seed) % 997, b))
+    sums, slots, counters, partial, split = run_top_sum_protocol(
+        k_tiles, columns, grid, lambda b, col: ((b * 6151 + col * 3571 + seed) % 997, b),
+        early_only=True)
     assert_same_bits_and_zero(sums, _last_arriver_sum(partial), split, slots, counters)
 
 
