@@ -356,7 +356,8 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
     """A narrow re-tune's candidates for one (layer, bucket): the ``top`` configs that
     ``table``'s stored measurements score fastest there (summed over the bucket's M, as
     ``select_entries`` scores), each also without its early bottom and column's top summing,
-    and with them where ``early_bottom`` / ``top_sum`` ask and the config can take them.
+    and with them where ``early_bottom`` / ``top_sum`` ask and the config can take them (a
+    serial chain's config takes the top summing with the parallel reduction).
     Empty where the table measured nothing for that pair."""
     by_cfg = {}
     for r in table.get("measurements", []):
@@ -372,7 +373,11 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
         if early_bottom:
             twins.append(plain.with_(early_bottom=True))
         if top_sum:
-            twins.append(plain.with_(top_sum=True))
+            # The serial chain's config has no top summing of its own: its twin is the
+            # parallel reduction's form with it (the one layer at M <= 8 still on the chain,
+            # 8192x57344, had never measured one; NOTES.md entry 74).
+            twins.append(plain.with_(top_sum=True, parallel_reduce=plain.parallel_reduce
+                                     or plain.fp32_reduce))
         out += [t for t in twins if not t.problems()]
     return list(dict.fromkeys(out))
 

@@ -403,6 +403,7 @@ def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
     got = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True)]
     plain = KernelConfig.from_name(eb).with_(early_bottom=False)
     assert got == [plain.name, eb, plain.with_(top_sum=True).name,
-                   "t256_m1_n16_k8_s4_g8_fp32_sw1_b2", "t256_m1_n16_k8_s4_g8_fp32_sw1_eb_b2"]
+                   "t256_m1_n16_k8_s4_g8_fp32_sw1_b2", "t256_m1_n16_k8_s4_g8_fp32_sw1_eb_b2",
+                   "t256_m1_n16_k8_s4_g8_fp32par_sw1_ts_b2"]   # the serial one's: par + _ts
     assert [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 1)] == [plain.name, eb]
     assert tune.narrow_candidates(table, 4096, 8192, 8, 3) == []
