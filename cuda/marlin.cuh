@@ -108,6 +108,18 @@
 __device__ int marlin_early_off;
 #endif
 
+// The L2's fetch size for the weights', scales' and zero points' cp.async copies (PTX ISA,
+// cp.async's .level::prefetch_size: a hint that the L2 may fetch that many bytes around each
+// request from DRAM). 0 (the default): no qualifier; 64, 128 or 256: .L2::64B, .L2::128B or
+// .L2::256B. NOTES.md entry 74.
+#ifndef MARLIN_CP_L2_PREFETCH
+#define MARLIN_CP_L2_PREFETCH 0
+#endif
+#if MARLIN_CP_L2_PREFETCH != 0 && MARLIN_CP_L2_PREFETCH != 64 && MARLIN_CP_L2_PREFETCH != 128 && \
+    MARLIN_CP_L2_PREFETCH != 256
+#error "MARLIN_CP_L2_PREFETCH: 0, 64, 128 or 256"
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -336,7 +348,18 @@ __device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bo
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
+#if MARLIN_CP_L2_PREFETCH == 64
+  asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
+               "l"(glob));
+#elif MARLIN_CP_L2_PREFETCH == 128
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
+               "l"(glob));
+#elif MARLIN_CP_L2_PREFETCH == 256
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
+               "l"(glob));
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(glob));
+#endif
 }
 
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
