@@ -120,6 +120,17 @@ __device__ int marlin_early_off;
 #error "MARLIN_CP_L2_PREFETCH: 0, 64, 128 or 256"
 #endif
 
+// (Measurement only, wrong results: NOTES.md entry 74) Where the CTAs' weight reads fall at
+// one time. 1: the unit a CTA fetches at step s of its stripe reads the weights of unit
+// v = (s * grid + blockIdx.x) mod (k_tiles * n_tiles) taken row-major (v / n_tiles the k tile,
+// v mod n_tiles the column tile), so at each step the whole grid reads one contiguous window of
+// the packed weights, as a plain grid-stride read does; 2: the same arithmetic with
+// v = kt * n_tiles + n_tile, the unit's own weights (the control). Scales, zero points and A
+// are read as usual. Static stripes only.
+#ifndef MARLIN_B_WINDOW
+#define MARLIN_B_WINDOW 0
+#endif
+
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -1278,7 +1289,19 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
     {
+#if MARLIN_B_WINDOW
+      static_assert(!DYN, "MARLIN_B_WINDOW: static stripes only");
+      const int total = k_tiles * n_tiles;
+      const int v = (MARLIN_B_WINDOW == 1
+                         ? (c.unit - unit_start) * static_cast<int>(gridDim.x) +
+                               static_cast<int>(blockIdx.x)
+                         : c.kt * n_tiles + c.n_tile) % total;
+      const int vk = v / n_tiles;
+      const int4* b_gl = B + static_cast<size_t>(vk) * K_BLOCKS * (prob_n / 2) +
+                         (v - vk * n_tiles) * B_ROW;
+#else
       const int4* b_gl = c.b;
+#endif
       int4* b_sh = sh_b + stage * B_STAGE + tid;
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
