@@ -190,7 +190,8 @@ def test_l2_read_probe_keeps_the_slowest_cta():
     assert lp.slowest_ns(t.reshape(-1)) == 780.0     # as the kernel writes it: flat pairs
 
 
-@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe", "cluster_probe"])
+@pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe", "cluster_probe",
+                                  "path_probe"])
 def test_probe_kernels_compile_for_sm90a_without_spills(name):
     """The standalone probes' kernels (built from strings, so check_compile does not see them)
     compile through NVRTC for sm_90a with no local memory."""
