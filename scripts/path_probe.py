@@ -1,7 +1,8 @@
 """Does the copy path limit our stream? Plain streaming reads of one large buffer through the
 paths a kernel can take (needs a GPU; NOTES.md entry 74).
 
-    python3 scripts/path_probe.py OUT.json [--mib 256] [--copies 2]
+    python3 scripts/path_probe.py OUT.json [--mib 256[,8,...]] [--copies 2] [--n 57344]
+                                  [--only PREFIX[,PREFIX]]
 
 At M <= 8 our kernel streams the weights at 4.0-4.2 TB/s in its stream phase while a plain
 read-only kernel reaches 4.5-4.7 (entries 15, 44, 63). Neither fewer instructions (46), bulk
@@ -24,8 +25,13 @@ variants is the way the bytes come in.
   copies of a slot arrive on the slot's mbarrier (``cp.async.mbarrier.arrive.noinc``), every
   thread waits on it, and a second mbarrier per slot says when all threads have read it.
 
+- ``cpa_units S x B / R``: ``cpa_stripe``'s ring, a slot being one of our units: R rows of
+  B / R KiB, each row a piece of a K-block row of a layer ``--n`` wide (8 N bytes apart),
+  the units taken down K, column by column, as our stripes take them.
+
 256 threads per CTA, 1 or 2 CTAs per SM. Times are CUDA-event medians over a rotation of
-``--copies`` buffers (``bench.harness.Timer``).
+at least ``--copies`` buffers, enough that three L2s' worth of bytes pass between two reads of
+one (``bench.harness.Timer``).
 """
 from __future__ import annotations
 
@@ -139,6 +145,51 @@ __device__ void cpa_ring(const int4* __restrict__ p, long long n, int* sink) {
   sink_if(acc, sink);
 }
 
+// As cpa_ring (stripes), but a slot is one of our units: R rows of SLOT / R int4, row r of
+// unit (column c, k tile t) at (t * R + r) * row_stride + c * (SLOT / R), the units taken
+// column by column (down K first) as our stripes take them.
+template <int S, int SLOT, int R>
+__device__ void cpa_units(const int4* __restrict__ p, long long n, long long row_stride,
+                          int* sink) {
+  extern __shared__ int4 ring[];
+  constexpr int ROW = SLOT / R;
+  const long long n_tiles = row_stride / ROW;
+  const long long k_tiles = n / (row_stride * R);
+  const long long units = n_tiles * k_tiles;
+  const long long per = (units + gridDim.x - 1) / gridDim.x;
+  const long long first = blockIdx.x * per;
+  const long long count = max(0LL, min(units, first + per) - first);
+  constexpr int PER_T = SLOT / 256;
+  auto fetch = [&](long long j, int slot) {
+    if (j < count) {
+      const long long u = first + j;
+      const long long col = u / k_tiles, kt = u - col * k_tiles;
+      const int4* base = p + kt * R * row_stride + col * ROW;
+      int4* dst = ring + slot * SLOT;
+#pragma unroll
+      for (int i = 0; i < PER_T; i++) {
+        const int c = threadIdx.x + i * 256;
+        cpa16(dst + c, base + (c / ROW) * row_stride + (c % ROW));
+      }
+    }
+    commit();
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; s++) fetch(s, s);
+  int acc = 0;
+  int slot = 0;
+  for (long long j = 0; j < count; j++) {
+    wait_group<S - 2>();
+    __syncthreads();
+    fetch(j + S - 1, slot == 0 ? S - 1 : slot - 1);
+    const int4 v = ring[slot * SLOT + ((threadIdx.x * 5) % SLOT)];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    slot = slot == S - 1 ? 0 : slot + 1;
+  }
+  wait_group<0>();
+  sink_if(acc, sink);
+}
+
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -207,6 +258,11 @@ LDG(1) LDG(4) LDG(8)
   extern "C" __global__ void __launch_bounds__(256) cpa_mbar_##S##_##KB(const int4* p, long long n, int* s) \
   { cpa_mbar<S, KB * 64>(p, n, s); }
 RING(3, 32) RING(4, 32) RING(6, 32) RING(4, 16) RING(6, 16) RING(8, 16) RING(12, 16) RING(3, 16)
+#define UNITS(S, KB, R) \
+  extern "C" __global__ void __launch_bounds__(256) cpa_units_##S##_##KB##_##R( \
+      const int4* p, long long n, long long row_stride, int* s) \
+  { cpa_units<S, KB * 64, R>(p, n, row_stride, s); }
+UNITS(4, 16, 8) UNITS(6, 16, 8) UNITS(4, 32, 16) UNITS(3, 32, 16)
 '''
 
 def source() -> str:
@@ -215,65 +271,90 @@ def source() -> str:
 
 
 RINGS = [(3, 32), (4, 32), (6, 32), (4, 16), (6, 16), (8, 16), (12, 16), (3, 16)]
+UNITS = [(4, 16, 8), (6, 16, 8), (4, 32, 16), (3, 32, 16)]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--mib", type=int, default=256, help="bytes read per launch, MiB")
+    p.add_argument("--mib", default="256", help="bytes read per launch, MiB (comma-separated)")
     p.add_argument("--copies", type=int, default=2, help="buffers rotated over")
+    p.add_argument("--n", type=int, default=57344,
+                   help="cpa_units: the layer's N (a K-block row of weights is 8 N bytes)")
+    p.add_argument("--only", default="", help="comma-separated variant name prefixes")
     a = p.parse_args(argv)
     mod = jit.load_module(source())
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     sms = props["multiProcessorCount"]
     optin = int(props.get("sharedMemPerBlockOptin", 232448))
-    n16 = (a.mib << 20) // 16
-    bufs = [cp.random.randint(0, 2**31 - 1, size=n16 * 4, dtype=cp.int32) for _ in range(a.copies)]
+    sizes = [int(v) for v in a.mib.split(",")]
+    l2 = int(props.get("l2CacheSize", 50 << 20))
+    # One pool; a size's copies are consecutive slices of it, as many as rotate past the L2
+    # (three L2s between two reads of a byte), at least --copies.
+    copies = {mib: max(a.copies, -(-3 * l2 // (mib << 20))) for mib in sizes}
+    pool = cp.random.randint(0, 2**31 - 1, size=max(c * (mib << 20) for mib, c in copies.items())
+                             // 4, dtype=cp.int32)
     sink = cp.zeros(1, cp.int32)
-    rows = []
+    row_stride = a.n // 2                      # int4 per K-block row (8 N bytes)
     variants = []
     for u in (1, 4, 8):
         for kind in ("ldg_grid", "ldg_stripe"):
             for per_sm in (1, 2, 4, 8):
-                variants.append((f"{kind}_{u}", per_sm, 0))
+                variants.append((f"{kind}_{u}", per_sm, 0, 0))
     for s, kb in RINGS:
         for kind in ("cpa_stripe", "cpa_grid", "cpa_mbar"):
             for per_sm in (1, 2):
-                smem = s * kb * 1024
-                if smem * per_sm <= min(optin, 227 * 1024) - 2048 * per_sm:
-                    variants.append((f"{kind}_{s}_{kb}", per_sm, smem))
+                variants.append((f"{kind}_{s}_{kb}", per_sm, s * kb * 1024, 0))
+    for s, kb, r in UNITS:
+        for per_sm in (1, 2):
+            variants.append((f"cpa_units_{s}_{kb}_{r}", per_sm, s * kb * 1024, r))
+    only = [v for v in a.only.split(",") if v]
+    variants = [v for v in variants if (not only or any(v[0].startswith(o) for o in only))
+                and v[2] * v[1] + 2048 * v[1] <= min(optin, 227 * 1024)]
+    rows = []
     with bench_stream() as stream:
         timer = Timer(stream, budget_ms=20.0, min_reps=10, max_reps=40)
-        for name, per_sm, smem in variants:
-            f = mod.get_function(name)
-            if smem > 48 * 1024:
-                f.max_dynamic_shared_size_bytes = smem
-            grid = sms * per_sm
+        for mib in sizes:
+            n16 = (mib << 20) // 16
+            bufs = [pool[i * (mib << 18):(i + 1) * (mib << 18)] for i in range(copies[mib])]
+            for name, per_sm, smem, r in variants:
+                f = mod.get_function(name)
+                f.max_dynamic_shared_size_bytes = max(smem, 1)
+                grid = sms * per_sm
+                n_used = n16 if not r else n16 // (row_stride * r) * (row_stride * r)
+                if n_used == 0:
+                    continue
+                args = ((np.int64(n_used), np.int64(row_stride)) if r else (np.int64(n_used),))
 
-            def call(i, f=f, grid=grid, smem=smem):
-                f((grid,), (THREADS,), (bufs[i], np.int64(n16), sink), shared_mem=smem)
-            try:
-                us = timer.measure(call, a.copies).stats.median_us
-            except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
-                rows.append({"variant": name, "ctas_per_sm": per_sm, "error": repr(e)})
-                print(f"{name} x{per_sm}: ERROR {e!r}", flush=True)
-                continue
-            gbps = n16 * 16 / us / 1e3
-            rows.append({"variant": name, "ctas_per_sm": per_sm, "smem_bytes": smem,
-                         "median_us": us, "GBps": gbps})
-            print(f"{name:18s} x{per_sm}: {us:8.1f} us  {gbps:6.0f} GB/s", flush=True)
+                def call(i, f=f, grid=grid, smem=smem, args=args):
+                    f((grid,), (THREADS,), (bufs[i], *args, sink), shared_mem=smem)
+                try:
+                    us = timer.measure(call, copies[mib]).stats.median_us
+                except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
+                    rows.append({"variant": name, "ctas_per_sm": per_sm, "mib": mib,
+                                 "error": repr(e)})
+                    print(f"{mib} MiB {name} x{per_sm}: ERROR {e!r}", flush=True)
+                    continue
+                gbps = n_used * 16 / us / 1e3
+                rows.append({"variant": name, "ctas_per_sm": per_sm, "mib": mib,
+                             "bytes": n_used * 16, "smem_bytes": smem, "median_us": us,
+                             "GBps": gbps})
+                print(f"{mib:4d} MiB {name:20s} x{per_sm}: {us:8.1f} us  {gbps:6.0f} GB/s",
+                      flush=True)
     best = {}
     for r in rows:
         if "GBps" in r:
-            fam = r["variant"].split("_")[0] + "_" + r["variant"].split("_")[1]
+            fam = (r["mib"], "_".join(r["variant"].split("_")[:2]))
             if fam not in best or r["GBps"] > best[fam]["GBps"]:
                 best[fam] = r
-    for fam, r in best.items():
-        print(f"best {fam}: {r['variant']} x{r['ctas_per_sm']} {r['GBps']:.0f} GB/s")
+    for (mib, fam), r in sorted(best.items()):
+        print(f"best {mib} MiB {fam}: {r['variant']} x{r['ctas_per_sm']} {r['median_us']:.1f} us "
+              f"{r['GBps']:.0f} GB/s")
     with open(a.out, "w") as fh:
-        json.dump({"kind": "path_probe", "bytes": n16 * 16, "copies": a.copies,
+        json.dump({"kind": "path_probe", "sizes_mib": sizes, "copies": copies, "n": a.n,
                    "threads": THREADS, "environment": environment(), "rows": rows,
-                   "best": best}, fh, indent=1)
+                   "best": [dict(r, family=fam) for (_, fam), r in sorted(best.items())]},
+                  fh, indent=1)
     return 0
 
 
