@@ -229,6 +229,15 @@ __device__ int marlin_early_off;
 #define MARLIN_REFILL_LATE 0
 #endif
 
+// Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
+// step, before its wait and barrier (the slot it takes, the previous unit's, has been free
+// since the barrier that ended that unit, so during the unit's other steps one slot fewer is
+// in flight than the ring has). 1: in the unit's first step, right after that barrier
+// (NOTES.md entry 74). The same copies, groups and waits; only the issue moves.
+#ifndef MARLIN_REFILL_EARLY
+#define MARLIN_REFILL_EARLY 0
+#endif
+
 // How a unit's weights, group scales and zero points reach shared memory (benchmarks/NOTES.md
 // entry 41; measured slower, kept for a build with a producer warp of its own). 0 (the default):
 // cp.async, one 16-byte copy per thread and chunk, completed by the cp.async groups. 1: on
@@ -2664,6 +2673,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           // its first registers are read.
           if (sub == 0 && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
         }
+        // MARLIN_REFILL_EARLY: the previous unit's slot as soon as the unit starts.
+        constexpr bool EARLY_REFILL = MARLIN_REFILL_EARLY && !WS && !BULK && !DYN;
+        if (EARLY_REFILL && sub == 0) fetch_or_skip(fetch, refill);
         if (WS && sub == K_SUB - 1) {
           if (unit + 1 < unit_end) bulk_wait(next);
           if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
@@ -2671,7 +2683,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         } else if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
-          fetch_or_skip(fetch, refill);
+          if (!EARLY_REFILL) fetch_or_skip(fetch, refill);
           cp_async_wait<STAGES - 2>();
           if constexpr (BULK) {
             if (unit + 1 < unit_end) bulk_wait(next);
