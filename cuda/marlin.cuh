@@ -236,6 +236,13 @@ __device__ int marlin_early_off;
 #define MARLIN_REFILL_LATE 0
 #endif
 
+// (Measurement; other roundings than 0: NOTES.md entry 74) The swapped mma.sync loop's
+// unscaled group sums (DEFER_SCALE) in two sets, even and odd steps of the group, each scaled
+// into the accumulators at the group's end: two chains of dependent MMAs, each half as long.
+#ifndef MARLIN_SPLIT_CHAIN
+#define MARLIN_SPLIT_CHAIN 0
+#endif
+
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -2683,6 +2690,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC acc[WM][8];     // row-major accumulators (SWAP == 0)
     FragC acc_t[WARP_TILES][SW];   // SWAP: swapped accumulators
     FragC part[WARP_TILES][SW];    // DEFER_SCALE: this stage's unscaled products
+    FragC part1[WARP_TILES][SW];   // MARLIN_SPLIT_CHAIN: the group's odd steps
     auto zero_acc = [&]() {
       if constexpr (SWAP == 0) zero_frags<WM * 8>(&acc[0][0]);
       else zero_frags<WARP_TILES * SW>(&acc_t[0][0]);
@@ -2740,10 +2748,25 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           matmul(regs[sub % 2], acc);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
-          if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);
-          else matmul_swapped<false>(regs[sub % 2], part);
-          if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
-            add_scaled(acc_t, part, regs[sub % 2].s);
+          if constexpr (MARLIN_SPLIT_CHAIN) {
+            const int g = sub % SUBS_PER_GROUP;
+            if (g % 2 == 0) {
+              if (g == 0) matmul_swapped<true>(regs[sub % 2], part);
+              else matmul_swapped<false>(regs[sub % 2], part);
+            } else {
+              if (g == 1) matmul_swapped<true>(regs[sub % 2], part1);
+              else matmul_swapped<false>(regs[sub % 2], part1);
+            }
+            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1) {
+              add_scaled(acc_t, part, regs[sub % 2].s);
+              if (g >= 1) add_scaled(acc_t, part1, regs[sub % 2].s);
+            }
+          } else {
+            if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);
+            else matmul_swapped<false>(regs[sub % 2], part);
+            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
+              add_scaled(acc_t, part, regs[sub % 2].s);
+          }
         } else {
           matmul_swapped<false>(regs[sub % 2], acc_t);
         }
