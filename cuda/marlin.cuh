@@ -243,6 +243,16 @@ __device__ int marlin_early_off;
 #define MARLIN_SPLIT_CHAIN 0
 #endif
 
+// (Prepared, other roundings than 0: NOTES.md entry 74) The swapped mma.sync loop's symmetric
+// weights without the offset subtraction: the LOP3's 1024 + x (k rows 0-7 of each k16 block)
+// and 1024 + 16x (rows 8-15, whose activations are taken / 16, exact but below 2^-10) go to
+// the tensor cores as they are, and one more MMA per step and batch block, of the constant
+// -1032 / -1152 against the same activations, sums what that added; the two sums meet at the
+// group's end (DEFER_SCALE). Four HADD2/HFMA2 fewer per weight word, one MMA more per step.
+#ifndef MARLIN_FOLD_OFFSET
+#define MARLIN_FOLD_OFFSET 0
+#endif
+
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -1628,6 +1638,39 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
+  // MARLIN_FOLD_OFFSET: matmul_swapped on the offset weights, `corr` the offsets' sums.
+  static constexpr bool FOLD = MARLIN_FOLD_OFFSET && !HAS_ZP && SWAP > 0 && !WGMMA;
+  template <bool FRESH>
+  __device__ __forceinline__ void matmul_swapped_fold(const Regs& r,
+                                                      FragC (&acc)[WARP_TILES][SW],
+                                                      FragC (&corr)[SW]) {
+    FragB x[SW];
+#pragma unroll
+    for (int h = 0; h < SWAP; h++) {
+      x[h][0] = as_half2(r.a[0][h]);
+      x[h][1] = __hmul2(as_half2(r.a[0][h + 2]), as_half2(0x2c002c00));   // rows 8-15 / 16
+    }
+#pragma unroll
+    for (int j = 0; j < WARP_TILES; j++) {
+      const Nibbles n = split_nibbles(reinterpret_cast<const uint32_t*>(&r.b)[j]);
+      FragA w;
+      w[0] = n.lo0; w[1] = n.lo1; w[2] = n.hi0; w[3] = n.hi1;   // as_a_fragment's order
+#pragma unroll
+      for (int h = 0; h < SWAP; h++) {
+        if constexpr (FRESH) mma_m16n8k16_fresh(w, x[h], acc[j][h]);
+        else mma_m16n8k16(w, x[h], acc[j][h]);
+      }
+    }
+    FragA c;   // -1032 on k rows 0-7, -1152 on rows 8-15 (whose activations are / 16)
+    c[0] = c[1] = 0xe408e408u;
+    c[2] = c[3] = 0xe480e480u;
+#pragma unroll
+    for (int h = 0; h < SWAP; h++) {
+      if constexpr (FRESH) mma_m16n8k16_fresh(c, x[h], corr[h]);
+      else mma_m16n8k16(c, x[h], corr[h]);
+    }
+  }
+
   // ---- matmul through wgmma, in two halves so that a step's dequantization runs while the
   // previous step's group is still in the tensor cores. dequant_wgmma builds the same A
   // fragments as matmul_swapped; issue_wgmma runs one m64nNk16 per 16-column block j for the
@@ -2691,6 +2734,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC acc_t[WARP_TILES][SW];   // SWAP: swapped accumulators
     FragC part[WARP_TILES][SW];    // DEFER_SCALE: this stage's unscaled products
     FragC part1[WARP_TILES][SW];   // MARLIN_SPLIT_CHAIN: the group's odd steps
+    FragC corr[SW];                // MARLIN_FOLD_OFFSET: the offsets' sums of the group
     auto zero_acc = [&]() {
       if constexpr (SWAP == 0) zero_frags<WM * 8>(&acc[0][0]);
       else zero_frags<WARP_TILES * SW>(&acc_t[0][0]);
@@ -2748,7 +2792,19 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           matmul(regs[sub % 2], acc);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
-          if constexpr (MARLIN_SPLIT_CHAIN) {
+          if constexpr (FOLD) {
+            if (sub % SUBS_PER_GROUP == 0) matmul_swapped_fold<true>(regs[sub % 2], part, corr);
+            else matmul_swapped_fold<false>(regs[sub % 2], part, corr);
+            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1) {
+#pragma unroll
+              for (int j = 0; j < WARP_TILES; j++)
+#pragma unroll
+                for (int h = 0; h < SWAP; h++)
+#pragma unroll
+                  for (int e = 0; e < 4; e++) part[j][h][e] += corr[h][e];
+              add_scaled(acc_t, part, regs[sub % 2].s);
+            }
+          } else if constexpr (MARLIN_SPLIT_CHAIN) {
             const int g = sub % SUBS_PER_GROUP;
             if (g % 2 == 0) {
               if (g == 0) matmul_swapped<true>(regs[sub % 2], part);
