@@ -115,29 +115,6 @@
 __device__ int marlin_early_off;
 #endif
 
-// The L2's fetch size for the weights', scales' and zero points' cp.async copies (PTX ISA,
-// cp.async's .level::prefetch_size: a hint that the L2 may fetch that many bytes around each
-// request from DRAM). 0 (the default): no qualifier; 64, 128 or 256: .L2::64B, .L2::128B or
-// .L2::256B. NOTES.md entry 74.
-#ifndef MARLIN_CP_L2_PREFETCH
-#define MARLIN_CP_L2_PREFETCH 0
-#endif
-#if MARLIN_CP_L2_PREFETCH != 0 && MARLIN_CP_L2_PREFETCH != 64 && MARLIN_CP_L2_PREFETCH != 128 && \
-    MARLIN_CP_L2_PREFETCH != 256
-#error "MARLIN_CP_L2_PREFETCH: 0, 64, 128 or 256"
-#endif
-
-// (Measurement only, wrong results: NOTES.md entry 74) Where the CTAs' weight reads fall at
-// one time. 1: the unit a CTA fetches at step s of its stripe reads the weights of unit
-// v = (s * grid + blockIdx.x) mod (k_tiles * n_tiles) taken row-major (v / n_tiles the k tile,
-// v mod n_tiles the column tile), so at each step the whole grid reads one contiguous window of
-// the packed weights, as a plain grid-stride read does; 2: the same arithmetic with
-// v = kt * n_tiles + n_tile, the unit's own weights (the control). Scales, zero points and A
-// are read as usual. Static stripes only.
-#ifndef MARLIN_B_WINDOW
-#define MARLIN_B_WINDOW 0
-#endif
-
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
 #ifndef MARLIN_DYN_RR
@@ -234,13 +211,6 @@ __device__ int marlin_early_off;
 // symmetric weights, 0.2-0.5 % faster with zero points; kept for A/B).
 #ifndef MARLIN_REFILL_LATE
 #define MARLIN_REFILL_LATE 0
-#endif
-
-// (Measurement; other roundings than 0: NOTES.md entry 74) The swapped mma.sync loop's
-// unscaled group sums (DEFER_SCALE) in two sets, even and odd steps of the group, each scaled
-// into the accumulators at the group's end: two chains of dependent MMAs, each half as long.
-#ifndef MARLIN_SPLIT_CHAIN
-#define MARLIN_SPLIT_CHAIN 0
 #endif
 
 // (Prepared, other roundings than 0: NOTES.md entry 74) The swapped mma.sync loop's symmetric
@@ -392,18 +362,7 @@ __device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bo
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
-#if MARLIN_CP_L2_PREFETCH == 64
-  asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
-               "l"(glob));
-#elif MARLIN_CP_L2_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
-               "l"(glob));
-#elif MARLIN_CP_L2_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)),
-               "l"(glob));
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(glob));
-#endif
 }
 
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
@@ -1322,19 +1281,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
     // B: K_BLOCKS rows of B_ROW chunks, copied as they lie (the layout is already per lane).
     {
-#if MARLIN_B_WINDOW
-      static_assert(!DYN, "MARLIN_B_WINDOW: static stripes only");
-      const int total = k_tiles * n_tiles;
-      const int v = (MARLIN_B_WINDOW == 1
-                         ? (c.unit - unit_start) * static_cast<int>(gridDim.x) +
-                               static_cast<int>(blockIdx.x)
-                         : c.kt * n_tiles + c.n_tile) % total;
-      const int vk = v / n_tiles;
-      const int4* b_gl = B + static_cast<size_t>(vk) * K_BLOCKS * (prob_n / 2) +
-                         (v - vk * n_tiles) * B_ROW;
-#else
       const int4* b_gl = c.b;
-#endif
       int4* b_sh = sh_b + stage * B_STAGE + tid;
 #pragma unroll
       for (int i = 0; i < B_ITERS; i++) {
@@ -2733,7 +2680,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragC acc[WM][8];     // row-major accumulators (SWAP == 0)
     FragC acc_t[WARP_TILES][SW];   // SWAP: swapped accumulators
     FragC part[WARP_TILES][SW];    // DEFER_SCALE: this stage's unscaled products
-    FragC part1[WARP_TILES][SW];   // MARLIN_SPLIT_CHAIN: the group's odd steps
     FragC corr[SW];                // MARLIN_FOLD_OFFSET: the offsets' sums of the group
     auto zero_acc = [&]() {
       if constexpr (SWAP == 0) zero_frags<WM * 8>(&acc[0][0]);
@@ -2803,19 +2749,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
                   for (int e = 0; e < 4; e++) part[j][h][e] += corr[h][e];
               add_scaled(acc_t, part, regs[sub % 2].s);
-            }
-          } else if constexpr (MARLIN_SPLIT_CHAIN) {
-            const int g = sub % SUBS_PER_GROUP;
-            if (g % 2 == 0) {
-              if (g == 0) matmul_swapped<true>(regs[sub % 2], part);
-              else matmul_swapped<false>(regs[sub % 2], part);
-            } else {
-              if (g == 1) matmul_swapped<true>(regs[sub % 2], part1);
-              else matmul_swapped<false>(regs[sub % 2], part1);
-            }
-            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1) {
-              add_scaled(acc_t, part, regs[sub % 2].s);
-              if (g >= 1) add_scaled(acc_t, part1, regs[sub % 2].s);
             }
           } else {
             if (sub % SUBS_PER_GROUP == 0) matmul_swapped<true>(regs[sub % 2], part);

@@ -332,3 +332,44 @@ def test_early_sum_loop_makes_the_sum_once(monkeypatch):
     def code(ptx):   # line info moves with the source's lines
         return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
     assert code(twin_loop) == code(twin)
+
+
+def test_fold_offset_drops_the_half_offset_ops_and_adds_one_mma_per_batch_block(monkeypatch):
+    """MARLIN_FOLD_OFFSET 1 (prepared, NOTES.md entry 74): the swapped mma.sync loop's symmetric
+    weights reach the MMAs without the f16x2 subtraction and FMA of the offset, and the offsets'
+    MMA (the constants -1032 and -1152 as f16x2 words) is there; zero-point and unswapped
+    builds do not change."""
+    cfg = KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2")
+    def code(ptx):   # line info moves with the source's lines
+        return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
+    plain = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    plain_zp = jit.compile_ptx(kernels.marlin_source(cfg, True), "sm_90")
+    unswapped = cfg.with_(swap_ab=0)
+    plain_un = jit.compile_ptx(kernels.marlin_source(unswapped), "sm_90")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_FOLD_OFFSET=1")
+    fold = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    assert fold.count(mma) > plain.count(mma)
+    assert "fma.rn.f16x2" in plain and "fma.rn.f16x2" not in fold
+    # the constants' f16x2 words, as PTX writes them (signed 32-bit immediates)
+    assert str(0xe408e408 - (1 << 32)) in fold and str(0xe480e480 - (1 << 32)) in fold
+    assert str(0xe408e408 - (1 << 32)) not in plain
+    assert code(jit.compile_ptx(kernels.marlin_source(cfg, True), "sm_90")) == code(plain_zp)
+    assert code(jit.compile_ptx(kernels.marlin_source(unswapped), "sm_90")) == code(plain_un)
+
+
+def test_refill_early_moves_only_the_refill(monkeypatch):
+    """MARLIN_REFILL_EARLY 1 (measured slower, NOTES.md entry 74): the mma.sync loop issues
+    the same copies (as many cp.async and commits); wgmma builds do not change."""
+    cfg = KernelConfig.from_name("t256_m1_n16_k16_s4_g8_fp32par_sw1")
+    wg = KernelConfig.from_name("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws")
+    def code(ptx):
+        return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
+    plain = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    plain_wg = jit.compile_ptx(kernels.marlin_source(wg), "sm_90a")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_REFILL_EARLY=1")
+    early = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
+    assert code(early) != code(plain)
+    for op in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group"):
+        assert early.count(op) == plain.count(op), op
+    assert code(jit.compile_ptx(kernels.marlin_source(wg), "sm_90a")) == code(plain_wg)
