@@ -25,10 +25,11 @@
 //   4  timeline: the real kernel, plus per-CTA timestamps (scripts/timeline_probe.py) written
 //      past the locks the launch uses, at locks[gridDim.x + 16 * blockIdx.x ...] (see stamp())
 //   5  timeline as 4, without the stores of the output C: each value is computed as usual
-//      and handed to an empty asm instead (probe_sink), so only the stores themselves go
-//      (their cost: timeline_probe --no-store)
+//      and stored only if it equals a pattern no output takes, so only the stores themselves
+//      go (their cost: timeline_probe --no-store; an empty asm as the sink, until entry 74,
+//      let ptxas drop the loads and adds before the stores too)
 //   6  no group scale: the dequantized weights are not multiplied by their scales (the scales
-//      are still read, and kept alive by an empty asm): what the HMUL2 cost (NOTES.md entry 55)
+//      are still read): what the HMUL2 cost (NOTES.md entry 55)
 //   7  no offset: the symmetric weights go to the MMAs as the LOP3's 1024 + x and 64 + x, without
 //      the HADD2/HFMA2 that subtract the offset (entry 55)
 //   8  6 and 7 together: of the dequantization only the SHF and LOP3 are left (entry 55)
@@ -36,9 +37,10 @@
 //      step's registers, each word through an integer add of a run-time 0 so that the math
 //      stays in the loop (entry 74)
 // 2 and 3 act on the swapped loop (matmul_swapped, M <= 16) since entry 74 (before, only on
-// matmul: the swapped builds were the real kernel). In the swapped loop 3 feeds the fragments
-// to the accumulator through integer ops: an empty asm as a sink leaves ptxas free to drop
-// what feeds it (3 in matmul, 5 and 6 use such sinks).
+// matmul: the swapped builds were the real kernel). Since entry 74 no probe sinks a value into
+// an empty asm: that leaves ptxas no instruction, and it dropped what fed the sink (3's
+// dequantization, 5's last column's loads and adds, 6's scale reads); 3 feeds the accumulator
+// through integer ops, 5 and 6 keep the value behind a comparison that never passes.
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -1499,7 +1501,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if constexpr (SCALE && !PER_CHANNEL) {
       const half2 s = reinterpret_cast<const half2*>(&r.s)[j];
       if constexpr (MARLIN_PROBE == 6 || MARLIN_PROBE == 8) {
-        asm volatile("" ::"r"(as_u32(s)));
+        // The scale word is still read: it replaces a fragment word if it equals a pattern
+        // no scale takes (an empty asm as the sink would let ptxas drop the read).
+        if (as_u32(s) == 0x7e017e01u) f0[0] = s;
         return;
       }
       scale_frag(f0, __low2half2(s));
@@ -1534,8 +1538,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         dequant_tile<true>(r, zp, j, f0, f1);
       }
       if constexpr (MARLIN_PROBE == 3) {
-        asm volatile("" ::"r"(as_u32(f0[0])), "r"(as_u32(f0[1])), "r"(as_u32(f1[0])),
-                     "r"(as_u32(f1[1])));
+        // Into the accumulator through integer ops (an empty asm as the sink would let ptxas
+        // drop the dequantization too).
+#pragma unroll
+        for (int mb = 0; mb < WM; mb++)
+          acc[mb][2 * j][0] += __uint_as_float((as_u32(f0[0]) ^ as_u32(f0[1]) ^ as_u32(f1[0]) ^
+                                                as_u32(f1[1]) ^ r.a[mb][0]) & 0x3fffffffu);
         continue;
       }
 #pragma unroll
@@ -2134,18 +2142,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   }
 
   // Every store of the output C goes through here: in the MARLIN_PROBE 5 build the value is
-  // only kept alive (an empty asm that takes it), so the loads and adds that feed it stay.
+  // stored only if it equals a pattern no output takes (two FP16 NaNs of one payload), so the
+  // loads and adds that feed it stay. (Until entry 74 an empty asm took it: that leaves ptxas
+  // no instruction, and it dropped the last column's loads and adds as well.)
   template <typename T>
   static __device__ __forceinline__ void store_c(T* dst, T v) {
     if constexpr (MARLIN_PROBE == 5) {
-      asm volatile("" ::"r"(static_cast<unsigned>(v)));
+      if (v == static_cast<T>(0x7e017e01u)) __stcg(dst, v);   // FP16 NaN(s), in T's width
     } else {
       __stcg(dst, v);
     }
   }
   static __device__ __forceinline__ void store_c(int4* dst, int4 v) {
     if constexpr (MARLIN_PROBE == 5) {
-      asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+      if ((v.x & v.y & v.z & v.w) == 0x7e017e01) __stcg(dst, v);
     } else {
       __stcg(dst, v);
     }

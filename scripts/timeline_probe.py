@@ -34,10 +34,13 @@ over the CTAs that had work, and its maximum (``_max``):
   ``--raw`` every launch's per-CTA points and SM ids are kept as well.
 
 With ``--no-store`` the probe build also skips every store of the output C (``MARLIN_PROBE 5``;
-its output is garbage; each value is still computed and kept alive by an empty asm, so the
-loads and adds that feed it stay): against a run without it, what writing C costs in each
-part. (Until 2026-11-30, 497a70e, the build simply returned before the stores, and the
-compiler then dropped the last column's loads and adds as well.)
+its output is garbage; each value is still computed and stored only if it equals a pattern
+no output takes, so the loads and adds that feed it stay): against a run without it, what
+writing C costs in each part. (Until 2026-11-30, 497a70e, the build simply returned before
+the stores, and the compiler then dropped the last column's loads and adds as well; from
+then until NOTES.md entry 74 an empty asm took each value, which leaves ptxas no
+instruction, and it dropped them all the same: 48 instead of 76 LDG in the SASS of
+``t256_m1_n16_k16_s4_g8_fp32par_sw1``, 16 instead of 128 FADD.)
 
 ``--variant top_sum`` runs each dispatched config that can take it with the column's top
 summing (``top_sum``, NOTES.md entry 73; in place of an ``early_bottom``), both for the event
