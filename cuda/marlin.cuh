@@ -221,6 +221,9 @@ __device__ int marlin_early_off;
 // the tensor cores as they are, and one more MMA per step and batch block, of the constant
 // -1032 / -1152 against the same activations, sums what that added; the two sums meet at the
 // group's end (DEFER_SCALE). Four HADD2/HFMA2 fewer per weight word, one MMA more per step.
+// 2: the offsets' MMAs of a group first, at its first step, from the group's activation
+// fragments read again from shared memory (-1032 / -72 against the activations as they are),
+// and their sum is the C operand of the group's first MMAs: no adds at the group's end.
 #ifndef MARLIN_FOLD_OFFSET
 #define MARLIN_FOLD_OFFSET 0
 #endif
@@ -490,6 +493,18 @@ __device__ __forceinline__ void mma_m16n8k16(const FragA& a, const FragB& b, Fra
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]));
+}
+
+// d = a * b + c, c another accumulator (MARLIN_FOLD_OFFSET 2: a group's sums start from c).
+__device__ __forceinline__ void mma_m16n8k16_from(const FragA& a, const FragB& b, const FragC& c,
+                                                  FragC& d) {
+  const uint32_t* bu = reinterpret_cast<const uint32_t*>(&b);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bu[0]), "r"(bu[1]), "f"(c[0]),
+        "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
 // c = a * b, the accumulator input being zero (starts a fresh partial sum without zeroing it).
@@ -1626,6 +1641,52 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
+  // MARLIN_FOLD_OFFSET 2: the group's offsets summed first, from its SPG steps' activation
+  // fragments (step `sub` the group's first), into corr; the hi rows' constant is -72
+  // against the activations as they are (the weights' MMAs take them / 16 against 1024 + 16x).
+  __device__ __forceinline__ void group_offsets(int stage, int sub, FragC (&corr)[SW]) const {
+    FragA c;
+    c[0] = c[1] = 0xe408e408u;   // -1032, k rows 0-7
+    c[2] = c[3] = 0xd480d480u;   // -72, rows 8-15
+#pragma unroll
+    for (int s = 0; s < SUBS_PER_GROUP; s++) {
+      if (sub + s < K_SUB) {
+        FragA xa;
+        ldmatrix_x4(xa, sh_a + stage * A_STAGE + a_rd_off[sub + s]);
+#pragma unroll
+        for (int h = 0; h < SWAP; h++) {
+          FragB x;
+          x[0] = as_half2(xa[h]);
+          x[1] = as_half2(xa[h + 2]);
+          if (s == 0) mma_m16n8k16_fresh(c, x, corr[h]);
+          else mma_m16n8k16(c, x, corr[h]);
+        }
+      }
+    }
+  }
+  template <bool FIRST>
+  __device__ __forceinline__ void matmul_swapped_fold2(const Regs& r,
+                                                       FragC (&acc)[WARP_TILES][SW],
+                                                       const FragC (&corr)[SW]) {
+    FragB x[SW];
+#pragma unroll
+    for (int h = 0; h < SWAP; h++) {
+      x[h][0] = as_half2(r.a[0][h]);
+      x[h][1] = __hmul2(as_half2(r.a[0][h + 2]), as_half2(0x2c002c00));   // rows 8-15 / 16
+    }
+#pragma unroll
+    for (int j = 0; j < WARP_TILES; j++) {
+      const Nibbles n = split_nibbles(reinterpret_cast<const uint32_t*>(&r.b)[j]);
+      FragA w;
+      w[0] = n.lo0; w[1] = n.lo1; w[2] = n.hi0; w[3] = n.hi1;
+#pragma unroll
+      for (int h = 0; h < SWAP; h++) {
+        if constexpr (FIRST) mma_m16n8k16_from(w, x[h], corr[h], acc[j][h]);
+        else mma_m16n8k16(w, x[h], acc[j][h]);
+      }
+    }
+  }
+
   // ---- matmul through wgmma, in two halves so that a step's dequantization runs while the
   // previous step's group is still in the tensor cores. dequant_wgmma builds the same A
   // fragments as matmul_swapped; issue_wgmma runs one m64nNk16 per 16-column block j for the
@@ -2748,7 +2809,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           matmul(regs[sub % 2], acc);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
-          if constexpr (FOLD) {
+          if constexpr (FOLD && MARLIN_FOLD_OFFSET == 2) {
+            if (sub % SUBS_PER_GROUP == 0) {
+              group_offsets(stage, sub, corr);
+              matmul_swapped_fold2<true>(regs[sub % 2], part, corr);
+            } else {
+              matmul_swapped_fold2<false>(regs[sub % 2], part, corr);
+            }
+            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
+              add_scaled(acc_t, part, regs[sub % 2].s);
+          } else if constexpr (FOLD) {
             if (sub % SUBS_PER_GROUP == 0) matmul_swapped_fold<true>(regs[sub % 2], part, corr);
             else matmul_swapped_fold<false>(regs[sub % 2], part, corr);
             if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1) {
