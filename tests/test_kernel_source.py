@@ -334,11 +334,13 @@ def test_early_sum_loop_makes_the_sum_once(monkeypatch):
     assert code(twin_loop) == code(twin)
 
 
-def test_fold_offset_drops_the_half_offset_ops_and_adds_one_mma_per_batch_block(monkeypatch):
-    """MARLIN_FOLD_OFFSET 1 (prepared, NOTES.md entry 74): the swapped mma.sync loop's symmetric
-    weights reach the MMAs without the f16x2 subtraction and FMA of the offset, and the offsets'
-    MMA (the constants -1032 and -1152 as f16x2 words) is there; zero-point and unswapped
-    builds do not change."""
+@pytest.mark.parametrize("value, hi", [(1, 0xe480e480), (2, 0xd480d480)])
+def test_fold_offset_drops_the_half_offset_ops_and_adds_one_mma_per_batch_block(monkeypatch,
+                                                                              value, hi):
+    """MARLIN_FOLD_OFFSET 1 and 2 (measured, NOTES.md entry 74): the swapped mma.sync loop's
+    symmetric weights reach the MMAs without the f16x2 subtraction and FMA of the offset, and
+    the offsets' MMAs (the constants -1032 and -1152, or -72 against the activations as they
+    are, as f16x2 words) are there; zero-point and unswapped builds do not change."""
     cfg = KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2")
     def code(ptx):   # line info moves with the source's lines
         return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
@@ -346,13 +348,13 @@ def test_fold_offset_drops_the_half_offset_ops_and_adds_one_mma_per_batch_block(
     plain_zp = jit.compile_ptx(kernels.marlin_source(cfg, True), "sm_90")
     unswapped = cfg.with_(swap_ab=0)
     plain_un = jit.compile_ptx(kernels.marlin_source(unswapped), "sm_90")
-    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_FOLD_OFFSET=1")
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", f"MARLIN_FOLD_OFFSET={value}")
     fold = jit.compile_ptx(kernels.marlin_source(cfg), "sm_90")
     mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
     assert fold.count(mma) > plain.count(mma)
     assert "fma.rn.f16x2" in plain and "fma.rn.f16x2" not in fold
     # the constants' f16x2 words, as PTX writes them (signed 32-bit immediates)
-    assert str(0xe408e408 - (1 << 32)) in fold and str(0xe480e480 - (1 << 32)) in fold
+    assert str(0xe408e408 - (1 << 32)) in fold and str(hi - (1 << 32)) in fold
     assert str(0xe408e408 - (1 << 32)) not in plain
     assert code(jit.compile_ptx(kernels.marlin_source(cfg, True), "sm_90")) == code(plain_zp)
     assert code(jit.compile_ptx(kernels.marlin_source(unswapped), "sm_90")) == code(plain_un)
