@@ -41,9 +41,14 @@
 // an empty asm: that leaves ptxas no instruction, and it dropped what fed the sink (3's
 // dequantization, 5's last column's loads and adds, 6's scale reads); 3 feeds the accumulator
 // through integer ops, 5 and 6 keep the value behind a comparison that never passes.
+//  10  timeline as 4 on 1's loop (no shared->register reads, no math): where in a launch the
+//      math's time falls (timeline_probe --stream-only; entry 74)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
+// The builds that stamp their timeline, and those without the loop's math.
+#define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10)
+#define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10)
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum
 // (every CTA that reaches the column at the end of its stripe waits until all partials are
@@ -1091,12 +1096,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   //   8 its adds and stores for the column are done (before the lock's release)
   // written as locks[gridDim.x + 16 * blockIdx.x + i], the SM id at + 15. (The members exist
   // only in that build, so every other build's code is untouched.)
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
   bool stamp_last = false;
 #endif
   // Thread 0 stores each point as it passes it: nothing is held in registers.
   __device__ __forceinline__ void stamp(int i) {
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
     if (threadIdx.x == 0) {
       unsigned g;
       asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(g));
@@ -1106,24 +1111,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   }
   // Points 7 and 8 of the last column (stamp_last_column has run); no-ops on other columns.
   __device__ __forceinline__ void stamp_if_last(int i) {
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
     if (stamp_last) stamp(i);
 #endif
   }
   // Point 4, and from then on point 5 is the one after the in-CTA reduction.
   __device__ __forceinline__ void stamp_last_column() {
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
     stamp(4);
     stamp_last = true;
 #endif
   }
   __device__ __forceinline__ void stamp_reduced() {
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
     if (stamp_last) stamp(5);
 #endif
   }
   __device__ __forceinline__ void stamp_smid() {
-#if MARLIN_PROBE == 4 || MARLIN_PROBE == 5
+#if MARLIN_STAMPS
     if (threadIdx.x == 0) {
       unsigned smid;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
@@ -2325,7 +2330,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                 "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
                 "to 32 rows), the mma.sync loop without a producer, and DYN_Q >= STAGES");
   static_assert(!TOPSUM || !COOP, "TOP_SUM replaces the last arriver's sum, not the shared one");
-  static_assert(!DYN || (MARLIN_PROBE != 4 && MARLIN_PROBE != 5),
+  static_assert(!DYN || !MARLIN_STAMPS,
                 "the timeline probe's stamps would overlap DYN's counters in locks[]");
 
   // Element i of fragment f held by lane l of warp slot w (= mw * N_WARPS + nw): its row in
@@ -2765,7 +2770,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     start_stream(fetch);
     stamp(3);
     Regs regs[2];
-    if (MARLIN_PROBE != 1) fetch_to_registers(regs[0], 0, 0);
+    if (!MARLIN_NO_MATH) fetch_to_registers(regs[0], 0, 0);
 
     int stage = 0;
     int refill = STAGES - 1;
@@ -2785,7 +2790,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         if (EARLY_REFILL && sub == 0) fetch_or_skip(fetch, refill);
         if (WS && sub == K_SUB - 1) {
           if (unit + 1 < unit_end) bulk_wait(next);
-          if (MARLIN_PROBE != 1 && unit + 1 < unit_end)
+          if (!MARLIN_NO_MATH && unit + 1 < unit_end)
             fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
@@ -2800,12 +2805,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
           }
           cta_sync();
-          if (MARLIN_PROBE != 1 && has_next(unit, compute))
+          if (!MARLIN_NO_MATH && has_next(unit, compute))
             next_registers(regs[(sub + 1) % 2], regs[sub % 2], next, 0);
-        } else if (MARLIN_PROBE != 1) {
+        } else if (!MARLIN_NO_MATH) {
           next_registers(regs[(sub + 1) % 2], regs[sub % 2], stage, sub + 1);
         }
-        if constexpr (MARLIN_PROBE == 1) {
+        if constexpr (MARLIN_NO_MATH) {
         } else if constexpr (SWAP == 0) {
           matmul(regs[sub % 2], acc);
         } else if constexpr (DEFER_SCALE) {
@@ -3178,7 +3183,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   if constexpr (!K::WS) k.init_fetch_offsets();
   k.init_read_offsets();
   if constexpr (K::DESC_ADD) k.a_desc_lo = (smem_addr(k.sh_a) >> 4) | (1u << 16);
-  if constexpr (WGMMA && MARLIN_PROBE != 1) k.run_wgmma();
+  if constexpr (WGMMA && !MARLIN_NO_MATH) k.run_wgmma();
   else k.run();
   k.stamp(6);
   k.stamp_smid();

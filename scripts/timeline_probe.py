@@ -42,6 +42,10 @@ then until NOTES.md entry 74 an empty asm took each value, which leaves ptxas no
 instruction, and it dropped them all the same: 48 instead of 76 LDG in the SASS of
 ``t256_m1_n16_k16_s4_g8_fp32par_sw1``, 16 instead of 128 FADD.)
 
+With ``--stream-only`` the probe build is ``MARLIN_PROBE 10``: the timeline of 1's loop,
+without shared-to-register reads or math (its output is garbage): against a run without it,
+where in the launch the math's time falls (NOTES.md entry 74).
+
 ``--variant top_sum`` runs each dispatched config that can take it with the column's top
 summing (``top_sum``, NOTES.md entry 73; in place of an ``early_bottom``), both for the event
 time and the probe build: the same layers' timeline under the variant, to set beside a run
@@ -71,6 +75,7 @@ from marlin_cupy.records import environment  # noqa: E402
 
 PROBE = "#define MARLIN_PROBE 4\n"
 PROBE_NO_STORE = "#define MARLIN_PROBE 5\n"
+PROBE_STREAM_ONLY = "#define MARLIN_PROBE 10\n"
 
 
 PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
@@ -185,13 +190,17 @@ def main(argv=None) -> int:
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--no-store", action="store_true",
                    help="probe build without the stores of C (MARLIN_PROBE 5)")
+    p.add_argument("--stream-only", action="store_true",
+                   help="probe build without the loop's math (MARLIN_PROBE 10: 1's loop)")
     p.add_argument("--variant", default="", choices=("", "top_sum"),
                    help="run each dispatched config with this variant where it is valid")
     p.add_argument("--raw", action="store_true",
                    help="also keep every launch's per-CTA points (ns after the first entry) "
                         "and SM ids in the JSON")
     a = p.parse_args(argv)
-    probe = PROBE_NO_STORE if a.no_store else PROBE
+    if a.no_store and a.stream_only:
+        p.error("--no-store and --stream-only are two builds; give one")
+    probe = PROBE_NO_STORE if a.no_store else PROBE_STREAM_ONLY if a.stream_only else PROBE
     ms = [int(v) for v in a.m.split(",")]
     try:
         shapes = select_layers(set_shapes(a.sets), a.layers)
@@ -250,7 +259,7 @@ def main(argv=None) -> int:
             if a.raw:
                 row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
             rows.append(row)
-            write(a.out, rows, a.no_store, a.variant or None)      # after every row: a run cut short keeps what it measured
+            write(a.out, rows, a.no_store, a.variant or None, a.stream_only)      # after every row: a run cut short keeps what it measured
             print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
                   f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
@@ -263,14 +272,15 @@ def main(argv=None) -> int:
                   f"last CTA: stream lag {row['crit_stream_lag'] / 1e3:.2f}, "
                   + ", ".join(f"{p} {row['crit_' + p] / 1e3:.2f}"
                               for p in PARTS + CROSS_PARTS), flush=True)
-    write(a.out, rows, a.no_store, a.variant or None)
+    write(a.out, rows, a.no_store, a.variant or None, a.stream_only)
     return 0
 
 
-def write(path, rows, no_store=False, variant=None):
+def write(path, rows, no_store=False, variant=None, stream_only=False):
     with open(path, "w") as f:
         json.dump({"kind": "timeline_probe", "environment": environment(), "variant": variant,
-                   "stores_c": not no_store, "rows": rows}, f, indent=1)
+                   "stores_c": not no_store, "stream_only": stream_only, "rows": rows}, f,
+                  indent=1)
 
 
 if __name__ == "__main__":
