@@ -352,12 +352,15 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
 
 
 def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
-                      early_bottom: bool = False, top_sum: bool = False) -> list:
+                      early_bottom: bool = False, top_sum: bool = False,
+                      wide: bool = False) -> list:
     """A narrow re-tune's candidates for one (layer, bucket): the ``top`` configs that
     ``table``'s stored measurements score fastest there (summed over the bucket's M, as
     ``select_entries`` scores), each also without its early bottom and column's top summing,
     and with them where ``early_bottom`` / ``top_sum`` ask and the config can take them (a
-    serial chain's config takes the top summing with the parallel reduction).
+    serial chain's config takes the top summing with the parallel reduction). ``wide`` adds
+    the 512-thread twin of each of those that runs one CTA of 256 threads per SM in the
+    ``mma.sync`` loop (NOTES.md entry 74: that loop is bound by its math at M <= 8).
     Empty where the table measured nothing for that pair."""
     by_cfg = {}
     for r in table.get("measurements", []):
@@ -378,13 +381,18 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
             # 8192x57344, had never measured one; NOTES.md entry 74).
             twins.append(plain.with_(top_sum=True, parallel_reduce=plain.parallel_reduce
                                      or plain.fp32_reduce))
-        out += [t for t in twins if not t.problems()]
+        twins = [t for t in twins if not t.problems()]
+        if wide:
+            twins += [w for w in (t.with_(threads=512) for t in twins
+                                  if t.threads == 256 and t.blocks_per_sm == 1 and not t.wgmma
+                                  and not t.producer) if not w.problems()]
+        out += twins
     return list(dict.fromkeys(out))
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
-         top_sum: bool = False, narrow: tuple | None = None) -> dict:
+         top_sum: bool = False, narrow: tuple | None = None, wide: bool = False) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
@@ -393,7 +401,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     below 32 rows: the buckets up to 16; NOTES.md entry 69); ``top_sum`` the twin with the
     column's top summing of every parallel-reduction candidate that can take it (entry 73).
     ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
-    (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes)."""
+    (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes);
+    ``wide`` adds their 512-thread twins there (``narrow_candidates``)."""
     import cupy as cp
     import numpy as np
 
@@ -409,7 +418,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     def cands(k, n, b):
         if narrow is not None:
             return [c for c in narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom,
-                                                 top_sum)
+                                                 top_sum, wide)
                     if _fits(c, n, k, facts["smem_optin"]) and (wg or not c.wgmma)]
         return candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
                           parallel_reduce, early_bottom, top_sum)
@@ -492,6 +501,9 @@ def main(argv=None) -> int:
                    help="with --merge: measure only the N configs that TABLE's stored "
                         "measurements score fastest per tuned pair, with their variants "
                         "(--early-bottom, --top-sum), instead of every candidate")
+    p.add_argument("--wide", action="store_true",
+                   help="with --narrow: also each candidate's 512-thread twin where it runs "
+                        "one CTA of 256 threads per SM in the mma.sync loop (NOTES.md entry 74)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
                    help="with --merge: keep TABLE's config for a tuned pair where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "
@@ -505,6 +517,8 @@ def main(argv=None) -> int:
         p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
     if a.narrow and not a.merge:
         p.error("--narrow needs --merge (the configs come from TABLE's measurements)")
+    if a.wide and not a.narrow:
+        p.error("--wide needs --narrow (it adds twins to the narrow re-tune's candidates)")
     if a.keep_within and not a.merge:
         p.error("--keep-within needs --merge (the incumbents are TABLE's entries)")
     if a.keep_within < 0:
@@ -555,7 +569,7 @@ def main(argv=None) -> int:
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
                  early_bottom=a.early_bottom, top_sum=a.top_sum,
-                 narrow=(base, a.narrow) if a.narrow else None)
+                 narrow=(base, a.narrow) if a.narrow else None, wide=a.wide)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

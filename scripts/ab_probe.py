@@ -39,6 +39,11 @@ re-tune's small entries can be told from the drift between machines (NOTES.md en
 Layers where both tables pick the same config are timed too, a control for the noise. The
 outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
 configs are the same.
+``--variant threads=T``: A is each config with T threads per CTA (entry 74: with one CTA of
+256 threads per SM the M <= 8 loop is bound by its math; 512 doubles the warps that split K,
+so the in-CTA sums come in another order and the outputs are compared by their relative
+difference, at most 2e-3 of B's norm). The A build may spill where T leaves too few registers
+per thread: check with ``check_compile.py`` or ``tune.spills`` first.
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
 (``dyn_chunk=Q``, and ``parallel_reduce``, which it needs; NOTES.md entry 53). Its partials are
 cut and summed differently from B's, so the outputs are compared by their relative difference
@@ -72,8 +77,8 @@ def main(argv=None) -> int:
     p.add_argument("--define", default="",
                    help="NAME=VALUE[,NAME=VALUE...] for the A build")
     p.add_argument("--variant", default="",
-                   help="A: each config with this field set, 'producer' or 'dyn=Q' (with "
-                        "--define: built with those switches too)")
+                   help="A: each config with this field set, 'producer', 'dyn=Q' or "
+                        "'threads=T' (with --define: built with those switches too)")
     p.add_argument("--only-par", action="store_true")
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b")
     p.add_argument("--m", default="1,8,16,32,48,64,128,256")
@@ -96,7 +101,15 @@ def main(argv=None) -> int:
         p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds; use --base-define")
     ms = [int(v) for v in a.m.split(",")]
     dyn_q = 0
-    if a.variant.startswith("dyn="):
+    threads = 0
+    if a.variant.startswith("threads="):
+        try:
+            threads = int(a.variant[8:])
+        except ValueError:
+            threads = 0
+        if threads not in (128, 256, 512):
+            p.error(f"--variant {a.variant!r}: threads=T wants 128, 256 or 512")
+    elif a.variant.startswith("dyn="):
         try:
             dyn_q = int(a.variant[4:])
         except ValueError:
@@ -104,7 +117,8 @@ def main(argv=None) -> int:
         if dyn_q < 1:
             p.error(f"--variant {a.variant!r}: dyn=Q wants a positive number of units per chunk")
     elif a.variant not in ("", "producer", "early_bottom", "top_sum"):
-        p.error(f"--variant {a.variant!r}: 'producer', 'early_bottom', 'top_sum' or 'dyn=Q'")
+        p.error(f"--variant {a.variant!r}: 'producer', 'early_bottom', 'top_sum', 'dyn=Q' or "
+                f"'threads=T'")
 
     def define_line(spec, what):
         """``#define`` lines for "NAME=VALUE[,NAME=VALUE...]" (as $MARLIN_CUPY_DEFINES reads)."""
@@ -127,7 +141,9 @@ def main(argv=None) -> int:
 
     def variant(c):
         """The A config of --variant (None where that variant is not a valid config)."""
-        if dyn_q:
+        if threads:
+            v = c.with_(threads=threads)
+        elif dyn_q:
             v = c.with_(parallel_reduce=True, dyn_chunk=dyn_q)
         elif a.variant == "top_sum":   # it includes the early bottom
             v = c.with_(top_sum=True, early_bottom=False)
@@ -204,9 +220,9 @@ def main(argv=None) -> int:
                     equal = bool(cp.all(y_old == y_new))
                     d = y_old.astype(cp.float64) - y_new.astype(cp.float64)
                     rel = float(cp.linalg.norm(d) / cp.linalg.norm(y_new.astype(cp.float64)))
-                    # dyn: other partial sums, so other roundings; else the same bits
+                    # dyn, threads: other partial sums, so other roundings; else the same bits
                     # (unless --rel-tol says the switch rounds differently).
-                    same = (rel <= 2e-3 if dyn_q or (table_a is not None and acfg != cfg)
+                    same = (rel <= 2e-3 if dyn_q or threads or (table_a is not None and acfg != cfg)
                             else rel <= a.rel_tol if a.rel_tol > 0 else equal)
                 except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
                     rows.append(dict(row, error=repr(e)))

@@ -310,6 +310,11 @@ class TestPartialRetune:
             tune.main(["--buckets", "8", "--keep-within", "1"])
         assert "--keep-within needs --merge" in capsys.readouterr().err
 
+    def test_wide_needs_narrow(self, capsys):
+        with pytest.raises(SystemExit):
+            tune.main(["--buckets", "8", "--merge", "x.json", "--wide"])
+        assert "--wide needs --narrow" in capsys.readouterr().err
+
     def test_narrow_needs_merge(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--buckets", "8", "--narrow", "4"])
@@ -407,3 +412,8 @@ def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
                    "t256_m1_n16_k8_s4_g8_fp32par_sw1_ts_b2"]   # the serial one's: par + _ts
     assert [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 1)] == [plain.name, eb]
     assert tune.narrow_candidates(table, 4096, 8192, 8, 3) == []
+    # --wide: the 512-thread twins of the one-CTA mma.sync ones (not of the _b2 serial one)
+    wide = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True, True)]
+    assert wide == got[:3] + ["t512_m1_n16_k8_s6_g8_fp32par_sw1",
+                              "t512_m1_n16_k8_s6_g8_fp32par_sw1_eb",
+                              "t512_m1_n16_k8_s6_g8_fp32par_sw1_ts"] + got[3:]
