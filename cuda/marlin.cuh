@@ -852,8 +852,8 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
 //                 one after another: each leaves its own in scratch and the last to arrive
 //                 adds them all, in a fixed order (see finish_column).
-//   WARP_N        (WGMMA only) columns per warp, 16, 32 or 64 (0: the default, 64, or 32 with
-//                 SWAP == 16)
+//   WARP_N        (WGMMA, or SWAP > 0) columns per warp, 16, 32 or 64 (0: the default, 64,
+//                 or 32 with SWAP == 16)
 //   MIN_BLOCKS    CTAs per SM the launch bounds ask for
 //   PRODUCER      (sm_90) THREADS compute threads plus a producer warpgroup of 128 that issues
 //                 every copy of the ring, synchronised with them by two mbarriers per slot
@@ -917,8 +917,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                              !EARLY),
                 "TOP_SUM (the column's top sums) needs the parallel reduction, tiles below 32 "
                 "rows, no producer warpgroup, no run-time hand-out, and not EARLY (it includes it)");
-  static_assert(WARP_N == 0 || (WGMMA && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
-                "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma");
+  static_assert(WARP_N == 0 ||
+                    ((WGMMA || SWAP > 0) && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
+                "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma or swapped "
+                "operands (the unswapped mma.sync loop holds 64 columns per warp)");
   static constexpr int WARPS = THREADS / 32;
   // PRODUCER (warp specialization, config suffix _ws): THREADS compute threads, then one more
   // warpgroup of COPY_T = 128 threads that issues every copy of the ring; each slot has a
@@ -932,7 +934,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static_assert(!PRODUCER, "the producer warpgroup needs sm_90 (mbarrier.try_wait)");
 #endif
-  // Columns per warp: WARP_N if given (wgmma only: 16, 32 or 64), else 64 (4 tiles of 16),
+  // Columns per warp: WARP_N if given (16, 32 or 64: wgmma or swapped), else 64 (4 tiles of 16),
   // or 32 (2 tiles) in the wgmma instances with 16 blocks of 8 rows (SWAP == 16, m64n128k16),
   // whose accumulators are then 2 x 64 floats per thread, as sw8's 4 x 32. Narrower warps
   // hold fewer accumulators, so more of them fit an SM. The layout stores 64 columns per

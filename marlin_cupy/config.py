@@ -63,10 +63,11 @@ class KernelConfig:
     #: tiles of 16 rows, by every CTA whose stripe ends in the column, a share each, on
     #: tiles of 32 rows or more; instead of one CTA after another (name: fp32par).
     parallel_reduce: bool = False
-    #: (wgmma only) columns per warp, 16, 32 or 64; 0 for the default (64, or 32 with
-    #: swap_ab=16). Narrower warps hold fewer accumulators (columns / 16 x 4 x swap_ab floats
-    #: per thread, at most 128), so more warps fit an SM: 512 threads, or two CTAs of 256
-    #: (name: _w16, _w32, _w64).
+    #: (wgmma, or the swapped mma.sync loop) columns per warp, 16, 32 or 64; 0 for the
+    #: default (64, or 32 with swap_ab=16). Narrower warps hold fewer accumulators (columns /
+    #: 16 x 4 x swap_ab floats per thread, at most 128), so more warps fit an SM: 512 threads,
+    #: or two CTAs of 256 (name: _w16, _w32, _w64). In the mma.sync loop at M <= 16 (NOTES.md
+    #: entry 74, prepared): 512 threads with the 256-thread config's split of K.
     warp_n: int = 0
     #: (compute capability 9.0+) warp specialization: one more warpgroup of 128 threads,
     #: launched after the ``threads`` that compute, issues every copy of the ring (each slot's
@@ -281,9 +282,9 @@ class KernelConfig:
                             f"k={self.thread_k_blocks}, n={self.thread_n_blocks})")
         elif self.swap_ab not in (0, 1, 2) or (self.swap_ab and self.thread_m_blocks != 1):
             errs.append(f"swap_ab={self.swap_ab} must be 0, or 1 or 2 with thread_m_blocks=1")
-        if self.warp_n and (not self.wgmma or self.warp_n not in (16, 32, 64)):
+        if self.warp_n and (not (self.wgmma or self.swap_ab) or self.warp_n not in (16, 32, 64)):
             errs.append(f"warp_n={self.warp_n} (columns per warp) must be 16, 32 or 64, and "
-                        f"only with wgmma")
+                        f"only with wgmma or swapped operands (swap_ab >= 1)")
         elif self.warp_n and self.warp_n == self.with_(warp_n=0).warp_cols:
             # One name per kernel: the same instance under two names would be tuned twice.
             errs.append(f"warp_n={self.warp_n} is the default width for swap_ab={self.swap_ab}; "
@@ -455,6 +456,32 @@ TOP_SUM_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m1_n16_k8_s4_g8_fp32par_sw1_ts", "t256_m1_n8_k16_s3_g8_fp32par_ts",
     "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ts_b2", "t256_m1_n16_k8_s6_g8_fp32par_sw1_ts",
     "t256_m1_n16_k16_s4_g8_fp32par_sw2_ts", "t256_m1_n8_k16_s4_gc_fp32par_sw1_ts_b2"))
+
+#: More warps in the swapped mma.sync loop (NOTES.md entry 74, prepared: at M <= 8 one CTA of
+#: 256 threads per SM is bound by its math): 512 threads that split K twice as often, and
+#: narrower warps (``warp_n`` 32 or 16) that keep the 256-thread config's split of K, with the
+#: parallel reduction, the column's top summing, the early bottom, the serial chain, two CTAs
+#: per SM, swap_ab = 2 and per-channel scales. CI compiles them; the GPU tests run each against
+#: the reference, and each narrow-warp one bitwise against its twin with 64-column warps
+#: (``wide_twin``: the same sums in the same order).
+MMA_WIDE_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
+    "t512_m1_n16_k16_s4_g8_fp32par_sw1", "t512_m1_n16_k16_s4_g8_fp32par_sw1_w32",
+    "t512_m1_n8_k16_s6_g8_fp32par_sw1_w32", "t512_m1_n16_k16_s3_g8_fp32par_sw1_w32_ts",
+    "t512_m1_n16_k8_s6_g8_fp32par_sw1_w32_eb", "t512_m1_n16_k8_s4_g8_fp32_sw1_w32",
+    "t256_m1_n16_k8_s4_g8_fp32_sw1_w32_b2", "t512_m1_n16_k8_s4_g8_fp32par_sw2_w32",
+    "t512_m1_n16_k16_s4_g8_fp32par_sw1_w16", "t512_m1_n16_k8_s4_gc_fp32par_sw1_w32"))
+
+
+def wide_twin(cfg: KernelConfig) -> KernelConfig:
+    """The twin of a narrow-warp mma.sync config with the default 64-column warps and as many
+    warps along K: fewer threads in the same proportion (``t512 ... _w32`` -> ``t256``)."""
+    if not cfg.warp_n or cfg.wgmma:
+        raise ValueError(f"{cfg.name}: not a narrow-warp mma.sync config")
+    twin = cfg.with_(threads=cfg.threads * cfg.warp_n // 64, warp_n=0)
+    if twin.k_warps != cfg.k_warps or twin.problems():
+        raise ValueError(f"{cfg.name}: no 64-column twin with the same split of K")
+    return twin
+
 
 #: Every example with a producer warpgroup; the GPU tests compare each bitwise with its twin
 #: without one (the same sums in the same order, only the copies move).

@@ -359,8 +359,9 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
     ``select_entries`` scores), each also without its early bottom and column's top summing,
     and with them where ``early_bottom`` / ``top_sum`` ask and the config can take them (a
     serial chain's config takes the top summing with the parallel reduction). ``wide`` adds
-    the 512-thread twin of each of those that runs one CTA of 256 threads per SM in the
-    ``mma.sync`` loop (NOTES.md entry 74: that loop is bound by its math at M <= 8).
+    the 512-thread twins of each of those that runs one CTA of 256 threads per SM in the
+    ``mma.sync`` loop (NOTES.md entry 74: that loop is bound by its math at M <= 8): with the
+    default warps (K split twice as often) and with 32-column warps (the same split).
     Empty where the table measured nothing for that pair."""
     by_cfg = {}
     for r in table.get("measurements", []):
@@ -382,10 +383,12 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
             twins.append(plain.with_(top_sum=True, parallel_reduce=plain.parallel_reduce
                                      or plain.fp32_reduce))
         twins = [t for t in twins if not t.problems()]
-        if wide:
-            twins += [w for w in (t.with_(threads=512) for t in twins
-                                  if t.threads == 256 and t.blocks_per_sm == 1 and not t.wgmma
-                                  and not t.producer) if not w.problems()]
+        if wide:   # 512 threads: K split twice as often, or (warp_n=32) as before
+            one_cta = [t for t in twins if t.threads == 256 and t.blocks_per_sm == 1
+                       and not t.wgmma and not t.producer and not t.warp_n]
+            twins += [w for t in one_cta for w in (t.with_(threads=512),
+                                                    t.with_(threads=512, warp_n=32))
+                      if not w.problems()]
         out += twins
     return list(dict.fromkeys(out))
 
@@ -502,8 +505,9 @@ def main(argv=None) -> int:
                         "measurements score fastest per tuned pair, with their variants "
                         "(--early-bottom, --top-sum), instead of every candidate")
     p.add_argument("--wide", action="store_true",
-                   help="with --narrow: also each candidate's 512-thread twin where it runs "
-                        "one CTA of 256 threads per SM in the mma.sync loop (NOTES.md entry 74)")
+                   help="with --narrow: also each candidate's 512-thread twins (64- and "
+                        "32-column warps) where it runs one CTA of 256 threads per SM in the "
+                        "mma.sync loop (NOTES.md entry 74)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
                    help="with --merge: keep TABLE's config for a tuned pair where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "

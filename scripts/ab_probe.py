@@ -39,11 +39,13 @@ re-tune's small entries can be told from the drift between machines (NOTES.md en
 Layers where both tables pick the same config are timed too, a control for the noise. The
 outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
 configs are the same.
-``--variant threads=T``: A is each config with T threads per CTA (entry 74: with one CTA of
-256 threads per SM the M <= 8 loop is bound by its math; 512 doubles the warps that split K,
-so the in-CTA sums come in another order and the outputs are compared by their relative
-difference, at most 2e-3 of B's norm). The A build may spill where T leaves too few registers
-per thread: check with ``check_compile.py`` or ``tune.spills`` first.
+``--variant threads=T[,warp_n=W]``: A is each config with T threads per CTA, and W columns
+per warp (entry 74: with one CTA of 256 threads per SM the M <= 8 loop is bound by its math).
+512 threads with the default warps double the warps that split K, so the in-CTA sums come in
+another order and the outputs are compared by their relative difference (at most 2e-3 of B's
+norm); ``threads=512,warp_n=32`` keeps the split (narrower warps side by side) and must give
+the same bits. The A build may spill where T leaves too few registers per thread: check with
+``check_compile.py`` or ``tune.spills`` first.
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
 (``dyn_chunk=Q``, and ``parallel_reduce``, which it needs; NOTES.md entry 53). Its partials are
 cut and summed differently from B's, so the outputs are compared by their relative difference
@@ -101,14 +103,16 @@ def main(argv=None) -> int:
         p.error("unset MARLIN_CUPY_DEFINES: it would go into both builds; use --base-define")
     ms = [int(v) for v in a.m.split(",")]
     dyn_q = 0
-    threads = 0
+    threads = warp_n = 0
     if a.variant.startswith("threads="):
+        spec, _, wspec = a.variant[8:].partition(",warp_n=")
         try:
-            threads = int(a.variant[8:])
+            threads, warp_n = int(spec), int(wspec or 0)
         except ValueError:
             threads = 0
-        if threads not in (128, 256, 512):
-            p.error(f"--variant {a.variant!r}: threads=T wants 128, 256 or 512")
+        if threads not in (128, 256, 512) or warp_n not in (0, 16, 32, 64):
+            p.error(f"--variant {a.variant!r}: threads=T wants 128, 256 or 512, optionally "
+                    f"',warp_n=W' with W 16, 32 or 64")
     elif a.variant.startswith("dyn="):
         try:
             dyn_q = int(a.variant[4:])
@@ -142,7 +146,7 @@ def main(argv=None) -> int:
     def variant(c):
         """The A config of --variant (None where that variant is not a valid config)."""
         if threads:
-            v = c.with_(threads=threads)
+            v = c.with_(threads=threads, warp_n=warp_n)
         elif dyn_q:
             v = c.with_(parallel_reduce=True, dyn_chunk=dyn_q)
         elif a.variant == "top_sum":   # it includes the early bottom
@@ -222,7 +226,10 @@ def main(argv=None) -> int:
                     rel = float(cp.linalg.norm(d) / cp.linalg.norm(y_new.astype(cp.float64)))
                     # dyn, threads: other partial sums, so other roundings; else the same bits
                     # (unless --rel-tol says the switch rounds differently).
-                    same = (rel <= 2e-3 if dyn_q or threads or (table_a is not None and acfg != cfg)
+                    # threads: another split of K rounds differently; narrow warps that keep
+                    # the split give the same bits (entry 74)
+                    same = (rel <= 2e-3 if dyn_q or (threads and acfg.k_warps != cfg.k_warps)
+                            or (table_a is not None and acfg != cfg)
                             else rel <= a.rel_tol if a.rel_tol > 0 else equal)
                 except Exception as e:  # noqa: BLE001 - recorded, the probe goes on
                     rows.append(dict(row, error=repr(e)))

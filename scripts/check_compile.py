@@ -91,8 +91,8 @@ def config_targets():
         from marlin_cupy.kernels import marlin_entry
     except ImportError:
         marlin_entry = None
-    from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
-                                    MMA_PRODUCER_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
+    from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, MMA_PRODUCER_EXAMPLES,
+                                    MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
                                     TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
@@ -116,6 +116,8 @@ def config_targets():
     # The column's top summing (the parallel reduction; its wgmma example on sm_90a only).
     par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in TOP_SUM_EXAMPLES
             for zp in (False, True)]
+    # More warps in the swapped mma.sync loop (512 threads, narrow warps; sm_80 and sm_90).
+    par += [target(cfg, zp) for cfg in MMA_WIDE_EXAMPLES for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the
     # prologue only; the heuristic's configs are not compiled in it here.

@@ -42,6 +42,9 @@ INVALID = {
     "top_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, top_sum=True),
     "top_dyn": KernelConfig(parallel_reduce=True, dyn_chunk=8, top_sum=True),
     "top_and_early": KernelConfig(parallel_reduce=True, early_bottom=True, top_sum=True),
+    # narrower warps in the mma.sync loop: only with swapped operands (the unswapped loop
+    # holds 64 columns per warp)
+    "warp_n_unswapped": KernelConfig(threads=512, warp_n=32),
 }
 
 
@@ -65,6 +68,21 @@ class TestValidationMirrorsStaticAsserts:
         with pytest.raises(RuntimeError, match="static assertion failed"):
             jit.compile_offline(kernels.marlin_source(cfg), "sm_80")
 
+    def test_wide_twins(self):
+        """A narrow-warp mma.sync example's twin has 64-column warps and the same warps along
+        K (the same sums in the same order; NOTES.md entry 74)."""
+        from marlin_cupy.config import MMA_WIDE_EXAMPLES, wide_twin
+        narrow = [c for c in MMA_WIDE_EXAMPLES if c.warp_n]
+        assert narrow and all(not c.problems() for c in MMA_WIDE_EXAMPLES)
+        for c in narrow:
+            t = wide_twin(c)
+            assert t.warp_n == 0 and t.k_warps == c.k_warps and t.warp_cols == 64
+            assert t.with_(threads=c.threads, warp_n=c.warp_n) == c
+        assert wide_twin(KernelConfig.from_name("t512_m1_n16_k16_s4_g8_fp32par_sw1_w32")).name \
+            == "t256_m1_n16_k16_s4_g8_fp32par_sw1"
+        with pytest.raises(ValueError, match="not a narrow-warp"):
+            wide_twin(KernelConfig.from_name("t512_m1_n16_k16_s4_g8_fp32par_sw1"))
+
     def test_a_valid_config_compiles(self):
         jit.compile_offline(kernels.marlin_source(KernelConfig()), "sm_90")
 
@@ -73,11 +91,11 @@ class TestValidationMirrorsStaticAsserts:
         kernel's own constexprs by static_asserts that NVRTC evaluates (no GPU): every example,
         every tuned config and a spread of the instantiated ones, sym and zero-point."""
         from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES,
-                                        PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
-                                        TOP_SUM_EXAMPLES, WGMMA_EXAMPLES)
+                                        MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
+                                        PRODUCER_EXAMPLES, TOP_SUM_EXAMPLES, WGMMA_EXAMPLES)
         cfgs = set(WGMMA_EXAMPLES) | set(PARALLEL_REDUCE_EXAMPLES) | set(INSTANTIATED[::5])
         cfgs |= set(PRODUCER_EXAMPLES) | set(DYN_EXAMPLES) | set(EARLY_BOTTOM_EXAMPLES)
-        cfgs |= set(TOP_SUM_EXAMPLES)
+        cfgs |= set(TOP_SUM_EXAMPLES) | set(MMA_WIDE_EXAMPLES)
         cfgs |= {c for cs in tuned_instances().values() for c in cs}
         lines = [kernels._base_source(), "\n"]
         for cfg in sorted(cfgs, key=lambda c: c.name):

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import marlin_cupy as mc
 from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, INSTANTIATED,
-                                PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES, TOP_SUM_EXAMPLES,
-                                WGMMA_EXAMPLES, KernelConfig, tuned_instances)
+                                MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
+                                TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, KernelConfig, tuned_instances,
+                                wide_twin)
 
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
@@ -20,6 +21,8 @@ DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values(
 WGMMA_EXTRA = tuple(c for c in WGMMA_EXAMPLES if c not in DISPATCHABLE)
 #: ... and the parallel-reduction examples, each also checked against its serial twin.
 PAR_EXTRA = tuple(c for c in PARALLEL_REDUCE_EXAMPLES if c not in DISPATCHABLE)
+#: ... and the 512-thread and narrow-warp mma.sync examples (NOTES.md entry 74).
+WIDE_EXTRA = tuple(c for c in MMA_WIDE_EXAMPLES if c not in DISPATCHABLE)
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -79,7 +82,8 @@ def _skip_unless_runs(cfg, has_zp=False):
 
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
-    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA + PAR_EXTRA, ids=lambda c: c.name)
+    @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA + PAR_EXTRA + WIDE_EXTRA,
+                             ids=lambda c: c.name)
     def test_config(self, cfg, has_zp):
         _skip_unless_runs(cfg, has_zp)
         rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
@@ -285,6 +289,29 @@ class TestParallelReduction:
                         assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
                             (sym, m, max_ctas)
                 judge(cp.asnumpy(x), qw, got[0])
+
+    @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
+                             ids=lambda c: c.name)
+    def test_narrow_warps_same_bits_as_their_wide_twin(self, cfg):
+        """Narrow warps in the mma.sync loop (``warp_n``, NOTES.md entry 74) split the tile's
+        columns finer and K as the twin with 64-column warps does, so every column's sums are
+        the same in the same order: the same bits, sym and zero points, on several grids."""
+        twin = wide_twin(cfg)
+        _skip_unless_runs(cfg, True)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        k, n = 12 * cfg.tile_k, 3 * cfg.tile_n
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in (1, min(8, cfg.max_m or 8)):
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for max_ctas in (3, 17, None):
+                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
+                    got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                    assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16)), \
+                        (sym, m, max_ctas)
+                judge(cp.asnumpy(x), qw, got)
 
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace

@@ -315,6 +315,7 @@ def test_stripe_balance_depths_shorten_or_fill_the_stripes():
     (["--variant", "fast"], "--variant 'fast': 'producer', 'early_bottom', 'top_sum', 'dyn=Q' or"),
     (["--variant", "threads=384"], "threads=T wants 128, 256 or 512"),
     (["--variant", "threads=x"], "threads=T wants 128, 256 or 512"),
+    (["--variant", "threads=512,warp_n=8"], "threads=T wants 128, 256 or 512"),
     (["--variant", "dyn=0"], "dyn=Q wants a positive number of units per chunk"),
     (["--variant", "dyn=x"], "dyn=Q wants a positive number of units per chunk"),
     (["--define", "MARLIN_BULK=1", "--base-define", "bulk=1"], "--base-define: 'bulk=1'"),

@@ -414,6 +414,5 @@ def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
     assert tune.narrow_candidates(table, 4096, 8192, 8, 3) == []
     # --wide: the 512-thread twins of the one-CTA mma.sync ones (not of the _b2 serial one)
     wide = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True, True)]
-    assert wide == got[:3] + ["t512_m1_n16_k8_s6_g8_fp32par_sw1",
-                              "t512_m1_n16_k8_s6_g8_fp32par_sw1_eb",
-                              "t512_m1_n16_k8_s6_g8_fp32par_sw1_ts"] + got[3:]
+    assert wide == got[:3] + [f"t512_m1_n16_k8_s6_g8_fp32par_sw1{w}{v}"
+                              for v in ("", "_eb", "_ts") for w in ("", "_w32")] + got[3:]
