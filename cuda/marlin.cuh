@@ -1616,9 +1616,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
-  // MARLIN_FOLD_OFFSET: matmul_swapped on the offset weights, `corr` the offsets' sums.
+  // MARLIN_FOLD_OFFSET: matmul_swapped on the offset weights (1024 + x on k rows 0-7, and
+  // 1024 + 16x on rows 8-15 against the activations / 16). START begins the group's sums:
+  // from 0 in form 1, where one more MMA per step sums the offsets into `corr`; from `corr`
+  // in form 2, where group_offsets summed them before the group's first step.
   static constexpr bool FOLD = MARLIN_FOLD_OFFSET && !HAS_ZP && SWAP > 0 && !WGMMA;
-  template <bool FRESH>
+  template <bool START>
   __device__ __forceinline__ void matmul_swapped_fold(const Regs& r,
                                                       FragC (&acc)[WARP_TILES][SW],
                                                       FragC (&corr)[SW]) {
@@ -1635,17 +1638,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       w[0] = n.lo0; w[1] = n.lo1; w[2] = n.hi0; w[3] = n.hi1;   // as_a_fragment's order
 #pragma unroll
       for (int h = 0; h < SWAP; h++) {
-        if constexpr (FRESH) mma_m16n8k16_fresh(w, x[h], acc[j][h]);
-        else mma_m16n8k16(w, x[h], acc[j][h]);
+        if constexpr (!START) mma_m16n8k16(w, x[h], acc[j][h]);
+        else if constexpr (MARLIN_FOLD_OFFSET == 2) mma_m16n8k16_from(w, x[h], corr[h], acc[j][h]);
+        else mma_m16n8k16_fresh(w, x[h], acc[j][h]);
       }
     }
-    FragA c;   // -1032 on k rows 0-7, -1152 on rows 8-15 (whose activations are / 16)
-    c[0] = c[1] = 0xe408e408u;
-    c[2] = c[3] = 0xe480e480u;
+    if constexpr (MARLIN_FOLD_OFFSET == 1) {
+      FragA c;   // -1032 on k rows 0-7, -1152 on rows 8-15 (whose activations are / 16)
+      c[0] = c[1] = 0xe408e408u;
+      c[2] = c[3] = 0xe480e480u;
 #pragma unroll
-    for (int h = 0; h < SWAP; h++) {
-      if constexpr (FRESH) mma_m16n8k16_fresh(c, x[h], corr[h]);
-      else mma_m16n8k16(c, x[h], corr[h]);
+      for (int h = 0; h < SWAP; h++) {
+        if constexpr (START) mma_m16n8k16_fresh(c, x[h], corr[h]);
+        else mma_m16n8k16(c, x[h], corr[h]);
+      }
     }
   }
 
@@ -1669,28 +1675,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           if (s == 0) mma_m16n8k16_fresh(c, x, corr[h]);
           else mma_m16n8k16(c, x, corr[h]);
         }
-      }
-    }
-  }
-  template <bool FIRST>
-  __device__ __forceinline__ void matmul_swapped_fold2(const Regs& r,
-                                                       FragC (&acc)[WARP_TILES][SW],
-                                                       const FragC (&corr)[SW]) {
-    FragB x[SW];
-#pragma unroll
-    for (int h = 0; h < SWAP; h++) {
-      x[h][0] = as_half2(r.a[0][h]);
-      x[h][1] = __hmul2(as_half2(r.a[0][h + 2]), as_half2(0x2c002c00));   // rows 8-15 / 16
-    }
-#pragma unroll
-    for (int j = 0; j < WARP_TILES; j++) {
-      const Nibbles n = split_nibbles(reinterpret_cast<const uint32_t*>(&r.b)[j]);
-      FragA w;
-      w[0] = n.lo0; w[1] = n.lo1; w[2] = n.hi0; w[3] = n.hi1;
-#pragma unroll
-      for (int h = 0; h < SWAP; h++) {
-        if constexpr (FIRST) mma_m16n8k16_from(w, x[h], corr[h], acc[j][h]);
-        else mma_m16n8k16(w, x[h], acc[j][h]);
       }
     }
   }
@@ -2817,25 +2801,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           matmul(regs[sub % 2], acc);
         } else if constexpr (DEFER_SCALE) {
           // regs[sub % 2] is still this step's: the next step's registers went to the other one.
-          if constexpr (FOLD && MARLIN_FOLD_OFFSET == 2) {
-            if (sub % SUBS_PER_GROUP == 0) {
-              group_offsets(stage, sub, corr);
-              matmul_swapped_fold2<true>(regs[sub % 2], part, corr);
-            } else {
-              matmul_swapped_fold2<false>(regs[sub % 2], part, corr);
-            }
-            if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1)
-              add_scaled(acc_t, part, regs[sub % 2].s);
-          } else if constexpr (FOLD) {
-            if (sub % SUBS_PER_GROUP == 0) matmul_swapped_fold<true>(regs[sub % 2], part, corr);
+          if constexpr (FOLD) {
+            const bool start = sub % SUBS_PER_GROUP == 0;
+            if (MARLIN_FOLD_OFFSET == 2 && start) group_offsets(stage, sub, corr);
+            if (start) matmul_swapped_fold<true>(regs[sub % 2], part, corr);
             else matmul_swapped_fold<false>(regs[sub % 2], part, corr);
             if ((sub + 1) % SUBS_PER_GROUP == 0 || sub == K_SUB - 1) {
+              if constexpr (MARLIN_FOLD_OFFSET == 1) {
 #pragma unroll
-              for (int j = 0; j < WARP_TILES; j++)
+                for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
-                for (int h = 0; h < SWAP; h++)
+                  for (int h = 0; h < SWAP; h++)
 #pragma unroll
-                  for (int e = 0; e < 4; e++) part[j][h][e] += corr[h][e];
+                    for (int e = 0; e < 4; e++) part[j][h][e] += corr[h][e];
+              }
               add_scaled(acc_t, part, regs[sub % 2].s);
             }
           } else {
