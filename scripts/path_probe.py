@@ -69,29 +69,10 @@ __device__ __forceinline__ void sink_if(int acc, int* sink) {
   if (acc == 0x7fffffff) sink[0] = acc;
 }
 
+// Thread's 16-byte loads from i to hi by `stride`, U in flight; their XOR into acc.
 template <int U>
-__device__ void ldg_grid(const int4* __restrict__ p, long long n, int* sink) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  int acc = 0;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    int4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) v[u] = __ldcs(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) { const int4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-  sink_if(acc, sink);
-}
-
-template <int U>
-__device__ void ldg_stripe(const int4* __restrict__ p, long long n, int* sink) {
-  const long long per = (n + gridDim.x - 1) / gridDim.x;
-  const long long lo = blockIdx.x * per, hi = min(n, lo + per);
-  const int stride = blockDim.x;
-  long long i = lo + threadIdx.x;
-  int acc = 0;
+__device__ __forceinline__ void ldg_run(const int4* __restrict__ p, long long i, long long hi,
+                                        long long stride, int& acc) {
   for (; i + (U - 1) * stride < hi; i += U * stride) {
     int4 v[U];
 #pragma unroll
@@ -100,78 +81,33 @@ __device__ void ldg_stripe(const int4* __restrict__ p, long long n, int* sink) {
     for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   for (; i < hi; i += stride) { const int4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-  sink_if(acc, sink);
 }
 
-// The ring: S slots of SLOT int4. GRID: slot s of CTA b holds chunk s * grid + b; otherwise
-// the CTA's stripe of whole chunks.
-template <int S, int SLOT, bool GRID>
-__device__ void cpa_ring(const int4* __restrict__ p, long long n, int* sink) {
-  extern __shared__ int4 ring[];
-  const long long chunks = n / SLOT;
-  long long first, step, count;
-  if (GRID) {
-    first = blockIdx.x; step = gridDim.x;
-    count = first < chunks ? (chunks - 1 - first) / step + 1 : 0;
-  } else {
-    const long long per = (chunks + gridDim.x - 1) / gridDim.x;
-    first = blockIdx.x * per; step = 1;
-    count = max(0LL, min(chunks, first + per) - first);
-  }
-  constexpr int PER_T = SLOT / 256;
-  auto fetch = [&](long long j, int slot) {
-    if (j < count) {
-      const int4* src = p + (first + j * step) * SLOT + threadIdx.x;
-      int4* dst = ring + slot * SLOT + threadIdx.x;
-#pragma unroll
-      for (int i = 0; i < PER_T; i++) cpa16(dst + i * 256, src + i * 256);
-    }
-    commit();
-  };
-#pragma unroll
-  for (int s = 0; s < S - 1; s++) fetch(s, s);
+template <int U>
+__device__ void ldg_grid(const int4* __restrict__ p, long long n, int* sink) {
   int acc = 0;
-  int slot = 0;
-  for (long long j = 0; j < count; j++) {
-    wait_group<S - 2>();
-    __syncthreads();
-    const int refill = slot == 0 ? S - 1 : slot - 1;
-    fetch(j + S - 1, refill);
-    const int4 v = ring[slot * SLOT + ((threadIdx.x * 5) % SLOT)];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    slot = slot == S - 1 ? 0 : slot + 1;
-  }
-  wait_group<0>();
+  ldg_run<U>(p, blockIdx.x * (long long)blockDim.x + threadIdx.x, n,
+             (long long)gridDim.x * blockDim.x, acc);
   sink_if(acc, sink);
 }
 
-// As cpa_ring (stripes), but a slot is one of our units: R rows of SLOT / R int4, row r of
-// unit (column c, k tile t) at (t * R + r) * row_stride + c * (SLOT / R), the units taken
-// column by column (down K first) as our stripes take them.
-template <int S, int SLOT, int R>
-__device__ void cpa_units(const int4* __restrict__ p, long long n, long long row_stride,
-                          int* sink) {
+template <int U>
+__device__ void ldg_stripe(const int4* __restrict__ p, long long n, int* sink) {
+  const long long per = (n + gridDim.x - 1) / gridDim.x;
+  const long long lo = blockIdx.x * per, hi = min(n, lo + per);
+  int acc = 0;
+  ldg_run<U>(p, lo + threadIdx.x, hi, blockDim.x, acc);
+  sink_if(acc, sink);
+}
+
+// A CTA's ring of S slots of SLOT int4 over `count` steps: copy(j, slot) issues this thread's
+// cp.async copies of step j into `slot`; each step waits for its slot, passes a CTA barrier,
+// refills the slot the step before read, and XORs one 16-byte word of its own.
+template <int S, int SLOT, typename Copy>
+__device__ __forceinline__ int ring_stream(long long count, Copy copy) {
   extern __shared__ int4 ring[];
-  constexpr int ROW = SLOT / R;
-  const long long n_tiles = row_stride / ROW;
-  const long long k_tiles = n / (row_stride * R);
-  const long long units = n_tiles * k_tiles;
-  const long long per = (units + gridDim.x - 1) / gridDim.x;
-  const long long first = blockIdx.x * per;
-  const long long count = max(0LL, min(units, first + per) - first);
-  constexpr int PER_T = SLOT / 256;
   auto fetch = [&](long long j, int slot) {
-    if (j < count) {
-      const long long u = first + j;
-      const long long col = u / k_tiles, kt = u - col * k_tiles;
-      const int4* base = p + kt * R * row_stride + col * ROW;
-      int4* dst = ring + slot * SLOT;
-#pragma unroll
-      for (int i = 0; i < PER_T; i++) {
-        const int c = threadIdx.x + i * 256;
-        cpa16(dst + c, base + (c / ROW) * row_stride + (c % ROW));
-      }
-    }
+    if (j < count) copy(j, ring + slot * SLOT);
     commit();
   };
 #pragma unroll
@@ -187,7 +123,53 @@ __device__ void cpa_units(const int4* __restrict__ p, long long n, long long row
     slot = slot == S - 1 ? 0 : slot + 1;
   }
   wait_group<0>();
-  sink_if(acc, sink);
+  return acc;
+}
+
+// The ring over chunks of SLOT int4. GRID: step s of CTA b takes chunk s * grid + b;
+// otherwise the CTA's stripe of whole chunks.
+template <int S, int SLOT, bool GRID>
+__device__ void cpa_ring(const int4* __restrict__ p, long long n, int* sink) {
+  const long long chunks = n / SLOT;
+  long long first, step, count;
+  if (GRID) {
+    first = blockIdx.x; step = gridDim.x;
+    count = first < chunks ? (chunks - 1 - first) / step + 1 : 0;
+  } else {
+    const long long per = (chunks + gridDim.x - 1) / gridDim.x;
+    first = blockIdx.x * per; step = 1;
+    count = max(0LL, min(chunks, first + per) - first);
+  }
+  sink_if(ring_stream<S, SLOT>(count, [&](long long j, int4* dst) {
+    const int4* src = p + (first + j * step) * SLOT + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < SLOT / 256; i++) cpa16(dst + threadIdx.x + i * 256, src + i * 256);
+  }), sink);
+}
+
+// As cpa_ring (stripes), but a slot is one of our units: R rows of SLOT / R int4, row r of
+// unit (column c, k tile t) at (t * R + r) * row_stride + c * (SLOT / R), the units taken
+// column by column (down K first) as our stripes take them.
+template <int S, int SLOT, int R>
+__device__ void cpa_units(const int4* __restrict__ p, long long n, long long row_stride,
+                          int* sink) {
+  constexpr int ROW = SLOT / R;
+  const long long n_tiles = row_stride / ROW;
+  const long long k_tiles = n / (row_stride * R);
+  const long long units = n_tiles * k_tiles;
+  const long long per = (units + gridDim.x - 1) / gridDim.x;
+  const long long first = blockIdx.x * per;
+  const long long count = max(0LL, min(units, first + per) - first);
+  sink_if(ring_stream<S, SLOT>(count, [&](long long j, int4* dst) {
+    const long long u = first + j;
+    const long long col = u / k_tiles, kt = u - col * k_tiles;
+    const int4* base = p + kt * R * row_stride + col * ROW;
+#pragma unroll
+    for (int i = 0; i < SLOT / 256; i++) {
+      const int c = threadIdx.x + i * 256;
+      cpa16(dst + c, base + (c / ROW) * row_stride + (c % ROW));
+    }
+  }), sink);
 }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
