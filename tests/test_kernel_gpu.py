@@ -69,6 +69,31 @@ def problem_for(cfg: KernelConfig, rng):
     return k, n, group
 
 
+def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=False):
+    """``cfg``'s outputs bit for bit ``twin``'s on a K = k_tiles tiles x N = 3 tiles problem,
+    sym and zero points, at each M and grid (``max_ctas``; ``calls`` calls back to back each),
+    with the workspace zero again after them if asked; then the error bound (judge)."""
+    from marlin_cupy import ops
+    rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+    group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+    k, n = k_tiles * cfg.tile_k, 3 * cfg.tile_n
+    for sym in (True, False):
+        qw = make_weight(rng, k, n, group, sym=sym)
+        mw = mc.pack(qw).to_device()
+        for m in ms:
+            x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+            for max_ctas in grids:
+                want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
+                got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
+                if workspace_zero:
+                    cp.cuda.get_current_stream().synchronize()
+                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
+                for g in got:
+                    assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
+                        (sym, m, max_ctas)
+            judge(cp.asnumpy(x), qw, got[0])
+
+
 def _skip_unless_runs(cfg, has_zp=False):
     """Skip, saying why, when this device cannot run the instance."""
     from marlin_cupy.ops import device_facts
@@ -226,28 +251,12 @@ class TestParallelReduction:
         """The early bottom (``early_bottom``, config suffix _eb; NOTES.md entries 68-69)
         against its twin without it: the same bits on many partitions, on the parallel
         reduction and the serial chain (the early bottom's partial goes through the locks
-        workspace, bit-inverted), and the workspace is zero again after every call."""
-        from marlin_cupy import ops
+        workspace, bit-inverted), and the workspace is zero again after every call. The grids
+        put split columns' bottoms inside stripes, and some not."""
         _skip_unless_runs(cfg, True)
-        twin = cfg.with_(early_bottom=False)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        for sym in (True, False):
-            qw = make_weight(rng, k, n, group, sym=sym)
-            mw = mc.pack(qw).to_device()
-            for m in (1, 7, min(16, cfg.max_m or 16)):
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                # Grids whose stripes put split columns' bottoms inside stripes, and some not.
-                for max_ctas in (3, 7, 17, 33, 97, None):
-                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
-                    cp.cuda.get_current_stream().synchronize()
-                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
-                    for g in got:
-                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
-                            (sym, m, max_ctas)
-                judge(cp.asnumpy(x), qw, got[0])
+        _same_bits_as_twin(cfg, cfg.with_(early_bottom=False), 40,
+                           (1, 7, min(16, cfg.max_m or 16)), (3, 7, 17, 33, 97, None), calls=3,
+                           workspace_zero=True)
 
     @pytest.mark.parametrize("early_only", (False, True), ids=("all_columns", "early_only"))
     @pytest.mark.parametrize("cfg", TOP_SUM_EXAMPLES, ids=lambda c: c.name)
@@ -296,22 +305,8 @@ class TestParallelReduction:
         """Narrow warps in the mma.sync loop (``warp_n``, NOTES.md entry 74) split the tile's
         columns finer and K as the twin with 64-column warps does, so every column's sums are
         the same in the same order: the same bits, sym and zero points, on several grids."""
-        twin = wide_twin(cfg)
         _skip_unless_runs(cfg, True)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 12 * cfg.tile_k, 3 * cfg.tile_n
-        for sym in (True, False):
-            qw = make_weight(rng, k, n, group, sym=sym)
-            mw = mc.pack(qw).to_device()
-            for m in (1, min(8, cfg.max_m or 8)):
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for max_ctas in (3, 17, None):
-                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                    got = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                    assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16)), \
-                        (sym, m, max_ctas)
-                judge(cp.asnumpy(x), qw, got)
+        _same_bits_as_twin(cfg, wide_twin(cfg), 12, (1, min(8, cfg.max_m or 8)), (3, 17, None))
 
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace
