@@ -380,8 +380,7 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
             # The serial chain's config has no top summing of its own: its twin is the
             # parallel reduction's form with it (the one layer at M <= 8 still on the chain,
             # 8192x57344, had never measured one; NOTES.md entry 74).
-            twins.append(plain.with_(top_sum=True, parallel_reduce=plain.parallel_reduce
-                                     or plain.fp32_reduce))
+            twins.append(plain.with_(top_sum=True, parallel_reduce=True))
         twins = [t for t in twins if not t.problems()]
         if wide:   # 512 threads: K split twice as often, or (warp_n=32) as before
             one_cta = [t for t in twins if t.threads == 256 and t.blocks_per_sm == 1
