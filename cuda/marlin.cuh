@@ -234,6 +234,24 @@ __device__ int marlin_early_off;
 #define MARLIN_FOLD_OFFSET 0
 #endif
 
+// How the swapped mma.sync loops (SWAP 1 or 2, no wgmma) read the activations. 0: ldmatrix.x4
+// in the A operand's order (rows 0-7 and 8-15 at k 0-7, then at k 8-15), so batch block h's B
+// fragment is registers h and h + 2, which ptxas copies into a register pair for every MMA
+// that takes it. 1: the matrices in the B fragments' order (rows 0-7 at k 0-7 and 8-15, then
+// rows 8-15), so block h is the pair 2h, 2h + 1 as ldmatrix wrote it, and SWAP == 1 reads
+// only the first two (ldmatrix.x2). The same values into the same MMAs.
+#ifndef MARLIN_X_PAIRS
+#define MARLIN_X_PAIRS 0
+#endif
+
+// The activations' ldmatrix addresses of a unit's steps. 0: one offset per step, each an XOR
+// of the row with the step's 16-byte chunk, which ptxas recomputes at every step (four integer
+// ops). 1: one offset per residue of the step modulo A_PERIOD, the steps in between a constant
+// number of chunks further (an immediate in the address).
+#ifndef MARLIN_A_OFF
+#define MARLIN_A_OFF 0
+#endif
+
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -476,6 +494,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& a0, uint32_t& a1, const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(a0), "=r"(a1)
+               : "r"(smem_addr(smem)));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(FragA& a, const void* smem) {
@@ -1441,14 +1465,38 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     uint32_t z;    // 8 packed zero points
   };
 
-  int a_rd_off[K_SUB], b_rd_off[K_SUB], s_rd_off[K_SUB];
+  // MARLIN_A_OFF: step sub reads chunk (2 kb + c) ^ (row & 7), kb = kw + K_WARPS sub; over
+  // A_PERIOD steps that chunk moves by 2 K_WARPS A_PERIOD, a multiple of 8, and
+  // (y + 8m) ^ r == (y ^ r) + 8m for r < 8: so a_rd_off holds the first A_PERIOD steps' offsets
+  // and a_off adds the rest as a constant.
+  __host__ __device__ static constexpr int gcd8(int v) {   // gcd(v, 8)
+    return v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1;
+  }
+  static constexpr int A_PERIOD_MIN = 8 / gcd8(2 * K_WARPS);
+  static constexpr int A_PERIOD = MARLIN_A_OFF && A_PERIOD_MIN < K_SUB ? A_PERIOD_MIN : K_SUB;
+  int a_rd_off[A_PERIOD], b_rd_off[K_SUB], s_rd_off[K_SUB];
+  __device__ __forceinline__ int a_off(int sub) const {
+    if constexpr (A_PERIOD == K_SUB) return a_rd_off[sub];
+    else return a_rd_off[sub % A_PERIOD] + 2 * K_WARPS * A_PERIOD * (sub / A_PERIOD);
+  }
 
+  // MARLIN_X_PAIRS: the activations' ldmatrix in the B fragments' order (swapped mma.sync).
+  static constexpr bool X_PAIRS = MARLIN_X_PAIRS && SWAP > 0 && !WGMMA;
+  // The registers of a step's A block that hold batch block h's B fragment (k 0-7, k 8-15).
+  __host__ __device__ static constexpr int x_lo(int h) { return X_PAIRS ? 2 * h : h; }
+  __host__ __device__ static constexpr int x_hi(int h) { return X_PAIRS ? 2 * h + 1 : h + 2; }
+
+  // Lane l gives ldmatrix the address of row `row`, 16-byte chunk `chunk` (k 0-7 or 8-15) of
+  // matrix l / 8: rows 0-15 at chunk 0, then at chunk 1; X_PAIRS: rows 0-7 at chunks 0 and 1,
+  // then rows 8-15.
   __device__ __forceinline__ void init_read_offsets() {
-    const int row = lane % 16;
+    const int row = X_PAIRS ? 8 * (lane / 16) + lane % 8 : lane % 16;
 #pragma unroll
     for (int sub = 0; sub < K_SUB; sub++) {
       const int kb = kw + sub * K_WARPS;
-      a_rd_off[sub] = (16 * mw * WM + row) * A_ROW + ((2 * kb + lane / 16) ^ (row & 7));
+      if (sub < A_PERIOD)
+        a_rd_off[sub] = (16 * mw * WM + row) * A_ROW +
+                        ((2 * kb + (X_PAIRS ? (lane / 8) % 2 : lane / 16)) ^ (row & 7));
       const int g = (PER_CHANNEL || GROUP_BLOCKS >= K_BLOCKS) ? 0 : kb / GROUP_BLOCKS;
       if constexpr (QUADS == 1) {
         b_rd_off[sub] = kb * B_ROW + nw * 32 + lane;
@@ -1470,8 +1518,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   }
 
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
-    const int4* a_sh = sh_a + stage * A_STAGE + a_rd_off[sub];
-    if constexpr (!WGMMA) {
+    const int4* a_sh = sh_a + stage * A_STAGE + a_off(sub);
+    if constexpr (X_PAIRS && SWAP == 1) {
+      ldmatrix_x2(r.a[0][0], r.a[0][1], a_sh);   // rows 8-15 are not read
+    } else if constexpr (!WGMMA) {
 #pragma unroll
       for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
     }
@@ -1580,8 +1630,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // ---- matmul with swapped operands: the dequantized fragments of n8 tiles 2j and 2j+1 are,
   // register for register, the A fragment of the 16 columns 16j..16j+15 taken as rows
   // (a0 = tile 2j's b0, a1 = tile 2j+1's b0, a2 = tile 2j's b1, a3 = tile 2j+1's b1); rows
-  // 8h..8h+7 of the ldmatrix'ed A block (registers h and h + 2) are the B fragment of batch
-  // block h. acc[j][h] holds C^T: columns 16j + lane/4 (+8 for elements 2, 3), rows
+  // 8h..8h+7 of the ldmatrix'ed A block (registers x_lo(h) and x_hi(h)) are the B fragment of
+  // batch block h. acc[j][h] holds C^T: columns 16j + lane/4 (+8 for elements 2, 3), rows
   // 8h + 2(lane%4) (+1 for odd elements). FRESH starts new partial sums (DEFER_SCALE).
   template <bool FRESH>
   __device__ __forceinline__ void matmul_swapped(const Regs& r, FragC (&acc)[WARP_TILES][SW]) {
@@ -1601,8 +1651,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
       for (int h = 0; h < SWAP; h++) {
         FragB x;
-        x[0] = as_half2(r.a[0][h]);
-        x[1] = as_half2(r.a[0][h + 2]);
+        x[0] = as_half2(r.a[0][x_lo(h)]);
+        x[1] = as_half2(r.a[0][x_hi(h)]);
         if constexpr (MARLIN_PROBE == 3) {
           // An empty asm leaves no instruction for ptxas, which then drops the dequantization
           // too: the fragments go into the accumulator through two integer ops instead.
@@ -1628,8 +1678,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     FragB x[SW];
 #pragma unroll
     for (int h = 0; h < SWAP; h++) {
-      x[h][0] = as_half2(r.a[0][h]);
-      x[h][1] = __hmul2(as_half2(r.a[0][h + 2]), as_half2(0x2c002c00));   // rows 8-15 / 16
+      x[h][0] = as_half2(r.a[0][x_lo(h)]);
+      x[h][1] = __hmul2(as_half2(r.a[0][x_hi(h)]), as_half2(0x2c002c00));   // rows 8-15 / 16
     }
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++) {
@@ -1666,12 +1716,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     for (int s = 0; s < SUBS_PER_GROUP; s++) {
       if (sub + s < K_SUB) {
         FragA xa;
-        ldmatrix_x4(xa, sh_a + stage * A_STAGE + a_rd_off[sub + s]);
+        ldmatrix_x4(xa, sh_a + stage * A_STAGE + a_off(sub + s));
 #pragma unroll
         for (int h = 0; h < SWAP; h++) {
           FragB x;
-          x[0] = as_half2(xa[h]);
-          x[1] = as_half2(xa[h + 2]);
+          x[0] = as_half2(xa[x_lo(h)]);
+          x[1] = as_half2(xa[x_hi(h)]);
           if (s == 0) mma_m16n8k16_fresh(c, x, corr[h]);
           else mma_m16n8k16(c, x, corr[h]);
         }
