@@ -239,17 +239,19 @@ __device__ int marlin_early_off;
 // fragment is registers h and h + 2, which ptxas copies into a register pair for every MMA
 // that takes it. 1: the matrices in the B fragments' order (rows 0-7 at k 0-7 and 8-15, then
 // rows 8-15), so block h is the pair 2h, 2h + 1 as ldmatrix wrote it, and SWAP == 1 reads
-// only the first two (ldmatrix.x2). The same values into the same MMAs.
+// only the first two (ldmatrix.x2). The same values into the same MMAs. NOTES.md entry 75:
+// 1 alone -0.8 / -0.9 % summed at M = 1 / 8, with MARLIN_A_OFF 1 -2.1 / -2.1 % (the default).
 #ifndef MARLIN_X_PAIRS
-#define MARLIN_X_PAIRS 0
+#define MARLIN_X_PAIRS 1
 #endif
 
 // The activations' ldmatrix addresses of a unit's steps. 0: one offset per step, each an XOR
 // of the row with the step's 16-byte chunk, which ptxas recomputes at every step (four integer
 // ops). 1: one offset per residue of the step modulo A_PERIOD, the steps in between a constant
-// number of chunks further (an immediate in the address).
+// number of chunks further (an immediate in the address). Entry 75: 1 alone +0.9 / +0.7 % at
+// M = 1 / 8, with MARLIN_X_PAIRS 1 -2.1 / -2.1 % (the default).
 #ifndef MARLIN_A_OFF
-#define MARLIN_A_OFF 0
+#define MARLIN_A_OFF 1
 #endif
 
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
@@ -1473,7 +1475,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     return v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1;
   }
   static constexpr int A_PERIOD_MIN = 8 / gcd8(2 * K_WARPS);
-  static constexpr int A_PERIOD = MARLIN_A_OFF && A_PERIOD_MIN < K_SUB ? A_PERIOD_MIN : K_SUB;
+  static constexpr int A_PERIOD =   // (the wgmma loops read A through descriptors)
+      MARLIN_A_OFF && !WGMMA && A_PERIOD_MIN < K_SUB ? A_PERIOD_MIN : K_SUB;
   int a_rd_off[A_PERIOD], b_rd_off[K_SUB], s_rd_off[K_SUB];
   __device__ __forceinline__ int a_off(int sub) const {
     if constexpr (A_PERIOD == K_SUB) return a_rd_off[sub];

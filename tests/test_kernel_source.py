@@ -59,7 +59,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
     "MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3", "MARLIN_NO_PROXY_FENCE=1",
     "MARLIN_REFILL_LATE=1", "MARLIN_WG_DEPTH=1", "MARLIN_WG_DEPTH=2")] + \
     [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3",
-                              "MARLIN_PDL=1")] + \
+                              "MARLIN_PDL=1", "MARLIN_X_PAIRS=0", "MARLIN_A_OFF=0")] + \
     [("MARLIN_WS_RELEASE=0", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_PRODUCER_REGS=40", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
      ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
@@ -375,3 +375,28 @@ def test_refill_early_moves_only_the_refill(monkeypatch):
     for op in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group"):
         assert early.count(op) == plain.count(op), op
     assert code(jit.compile_ptx(kernels.marlin_source(wg), "sm_90a")) == code(plain_wg)
+
+
+def test_activation_reads_of_the_swapped_mma_loops(monkeypatch):
+    """MARLIN_X_PAIRS and MARLIN_A_OFF (NOTES.md entry 75, both on by default): a swapped
+    mma.sync loop with one batch block reads its activations with ldmatrix.x2 only, two batch
+    blocks with .x4; the wgmma builds do not change with either switch, and the unswapped
+    mma.sync builds do not change with MARLIN_X_PAIRS."""
+    def code(ptx):
+        return [x for x in ptx.splitlines() if ".loc" not in x and "info_string" not in x]
+    def ptx(name, switches):
+        cfg = KernelConfig.from_name(name)
+        monkeypatch.setenv("MARLIN_CUPY_DEFINES", switches)
+        return jit.compile_ptx(kernels.marlin_source(cfg), "sm_90" + cfg.arch_suffix)
+    x2, x4 = "ldmatrix.sync.aligned.m8n8.x2.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+    sw1 = ptx("t256_m1_n16_k16_s4_g8_fp32par_sw1", "MARLIN_X_PAIRS=1")
+    sw1_old = ptx("t256_m1_n16_k16_s4_g8_fp32par_sw1", "MARLIN_X_PAIRS=0")
+    assert x2 in sw1 and x4 not in sw1
+    assert x4 in sw1_old and x2 not in sw1_old
+    sw2 = ptx("t256_m1_n16_k8_s4_g8_fp32_sw2", "MARLIN_X_PAIRS=1")
+    assert x4 in sw2 and x2 not in sw2
+    wg = "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"
+    assert code(ptx(wg, "MARLIN_X_PAIRS=1,MARLIN_A_OFF=1")) == \
+        code(ptx(wg, "MARLIN_X_PAIRS=0,MARLIN_A_OFF=0"))
+    un = "t256_m2_n16_k4_s6_g8_fp32"
+    assert code(ptx(un, "MARLIN_X_PAIRS=1")) == code(ptx(un, "MARLIN_X_PAIRS=0"))
