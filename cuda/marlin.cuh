@@ -254,14 +254,6 @@ __device__ int marlin_early_off;
 #define MARLIN_A_OFF 1
 #endif
 
-// The activation rows each unit copies into the ring. 0: all TILE_M (16) rows, those past M
-// zero-filled. 1: with MARLIN_X_PAIRS at SWAP 1 (every M <= 8 mma.sync config), which reads
-// rows 0-7 only, rows 8-15 are not copied: half the activation copies, each an issue slot and
-// its address (entry 75's finding: that loop's time follows its instruction count).
-#ifndef MARLIN_A_ROWS
-#define MARLIN_A_ROWS 0
-#endif
-
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -1227,9 +1219,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static constexpr bool B_AFFINE =
       (WGMMA || WS) && (COPY_T % B_ROW == 0 || B_ROW % COPY_T == 0);
   static constexpr int A_TAB = A_AFFINE ? 1 : A_ITERS;
-  // MARLIN_A_ROWS: the rows of A the loop reads, the only ones copied.
-  static constexpr int A_READ_ROWS =
-      (MARLIN_A_ROWS && MARLIN_X_PAIRS && SWAP == 1 && !WGMMA) ? 8 : TILE_M;
   static constexpr int B_TAB = B_AFFINE ? 1 : B_ITERS;
   int a_gl_off[A_TAB], a_sh_off[A_TAB], a_row[A_TAB];
   int b_gl_off[B_TAB];
@@ -1294,9 +1283,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       int4* a_sh = sh_a + stage * A_STAGE;
 #pragma unroll
       for (int i = 0; i < A_ITERS; i++) {
-        // Copy i covers chunks i * COPY_T.. in row order: past A_READ_ROWS entirely, or in part.
-        if (A_READ_ROWS < TILE_M && i * COPY_T >= A_READ_ROWS * A_ROW) continue;
-        if ((A_STAGE % COPY_T == 0 && A_READ_ROWS == TILE_M) || a_row_at(i) < A_READ_ROWS) {
+        if (A_STAGE % COPY_T == 0 || a_row_at(i) < TILE_M) {
           const bool valid = a_row_at(i) < rows_left;
           cp_async16_pred(a_sh + a_sh_at(i), valid ? a_gl + a_gl_at(i) : A, valid);
         }
@@ -1732,10 +1719,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     for (int s = 0; s < SUBS_PER_GROUP; s++) {
       if (sub + s < K_SUB) {
         FragA xa;
-        if constexpr (X_PAIRS && SWAP == 1)   // rows 8-15 are not read (nor copied: MARLIN_A_ROWS)
-          ldmatrix_x2(xa[0], xa[1], sh_a + stage * A_STAGE + a_off(sub + s));
-        else
-          ldmatrix_x4(xa, sh_a + stage * A_STAGE + a_off(sub + s));
+        ldmatrix_x4(xa, sh_a + stage * A_STAGE + a_off(sub + s));
 #pragma unroll
         for (int h = 0; h < SWAP; h++) {
           FragB x;
