@@ -254,6 +254,15 @@ __device__ int marlin_early_off;
 #define MARLIN_A_OFF 1
 #endif
 
+// The weights' and scales' shared-memory read offsets of a unit's steps (mma.sync and wgmma
+// loops alike). 0: one per step, kept in a table (ptxas rebuilds them from the thread index,
+// four integer ops per read). 1: step 0's, the others a compile-time distance further (an
+// immediate in the address): the weights move K_WARPS k16 rows per step, the scales one row
+// per SUBS_PER_GROUP steps.
+#ifndef MARLIN_B_OFF
+#define MARLIN_B_OFF 0
+#endif
+
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -1514,10 +1523,25 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
+  // MARLIN_B_OFF: kb = kw + K_WARPS sub moves the weights' offset by QUADS K_WARPS B_ROW per
+  // step, and (kw < K_WARPS, GROUP_BLOCKS a multiple of K_WARPS) its group kb / GROUP_BLOCKS
+  // is K_WARPS sub / GROUP_BLOCKS: step 0's offsets and compile-time distances.
+  static constexpr bool G_CONST = PER_CHANNEL || GROUP_BLOCKS >= K_BLOCKS;
+  static constexpr bool B_LINEAR = MARLIN_B_OFF && (G_CONST || GROUP_BLOCKS % K_WARPS == 0);
+  __device__ __forceinline__ int b_off(int sub) const {
+    if constexpr (B_LINEAR) return b_rd_off[0] + QUADS * K_WARPS * B_ROW * sub;
+    else return b_rd_off[sub];
+  }
+  __device__ __forceinline__ int s_off(int sub) const {
+    if constexpr (B_LINEAR && G_CONST) return s_rd_off[0];
+    else if constexpr (B_LINEAR) return s_rd_off[0] + QUADS * S_ROW * (K_WARPS * sub / GROUP_BLOCKS);
+    else return s_rd_off[sub];
+  }
+
   // The group scales of step `sub` in ring slot `stage` (what fetch_to_registers puts in r.s).
   __device__ __forceinline__ Words scales_at(int stage, int sub) const {
-    if constexpr (QUADS == 1) return sh_s[stage * S_STAGE + s_rd_off[sub]];
-    else return reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
+    if constexpr (QUADS == 1) return sh_s[stage * S_STAGE + s_off(sub)];
+    else return reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_off(sub)];
   }
 
   __device__ __forceinline__ void fetch_to_registers(Regs& r, int stage, int sub) {
@@ -1529,22 +1553,22 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       for (int mb = 0; mb < WM; mb++) ldmatrix_x4(r.a[mb], a_sh + 16 * mb * A_ROW);
     }
     if constexpr (QUADS == 1) {
-      r.b = sh_b[stage * B_STAGE + b_rd_off[sub]];
-      if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_rd_off[sub]];
+      r.b = sh_b[stage * B_STAGE + b_off(sub)];
+      if constexpr (!PER_CHANNEL) r.s = sh_s[stage * S_STAGE + s_off(sub)];
     } else {
-      r.b = reinterpret_cast<const Words*>(sh_b + stage * B_STAGE)[b_rd_off[sub]];
+      r.b = reinterpret_cast<const Words*>(sh_b + stage * B_STAGE)[b_off(sub)];
       if constexpr (!PER_CHANNEL)
-        r.s = reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_rd_off[sub]];
+        r.s = reinterpret_cast<const Words*>(sh_s + stage * S_STAGE)[s_off(sub)];
     }
     if constexpr (HAS_ZP) {
       const uint32_t* z_sh = reinterpret_cast<const uint32_t*>(sh_z + stage * Z_STAGE);
       // Z_ROW int4 = 4 * Z_ROW words per group row; S_ROW = 4 * Z_ROW as well (TILE_N / 8).
       if constexpr (QUADS == 1) {
-        r.z = z_sh[s_rd_off[sub]];
+        r.z = z_sh[s_off(sub)];
       } else {
         // Tile t of the block is nibbles t and t + 4 (split_nibbles order): the warp's tiles
         // start at tile WARP_TILES * part, part = s_rd_off % QUADS.
-        r.z = z_sh[s_rd_off[sub] / QUADS] >> (4 * WARP_TILES * (s_rd_off[sub] % QUADS));
+        r.z = z_sh[s_off(sub) / QUADS] >> (4 * WARP_TILES * (s_off(sub) % QUADS));
       }
     }
   }
