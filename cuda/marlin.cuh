@@ -1534,7 +1534,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   }
   __device__ __forceinline__ int s_off(int sub) const {
     if constexpr (B_LINEAR && G_CONST) return s_rd_off[0];
-    else if constexpr (B_LINEAR) return s_rd_off[0] + QUADS * S_ROW * (K_WARPS * sub / GROUP_BLOCKS);
+    else if constexpr (B_LINEAR)
+      return s_rd_off[0] + QUADS * S_ROW * (K_WARPS * sub / GROUP_BLOCKS);
     else return s_rd_off[sub];
   }
 
