@@ -69,22 +69,31 @@ def problem_for(cfg: KernelConfig, rng):
     return k, n, group
 
 
-def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=False):
+def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=False,
+                       pdl=False, build=None, syms=(True, False), seed=0):
     """``cfg``'s outputs bit for bit ``twin``'s on a K = k_tiles tiles x N = 3 tiles problem,
-    sym and zero points, at each M and grid (``max_ctas``; ``calls`` calls back to back each),
-    with the workspace zero again after them if asked; then the error bound (judge)."""
+    for each weight kind in ``syms`` (True: symmetric, False: zero points), at each M and grid
+    (``max_ctas``; ``calls`` calls back to back each, and as many with ``pdl=True`` if asked),
+    with the workspace zero again after them if asked; then the error bound (judge).
+    ``build``: cfg runs that compiled kernel (``ops.use_kernel``) instead of its own."""
+    import contextlib
     from marlin_cupy import ops
-    rng = np.random.default_rng(zlib.crc32(cfg.name.encode()))
+    rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + seed)
     group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
     k, n = k_tiles * cfg.tile_k, 3 * cfg.tile_n
-    for sym in (True, False):
+    for sym in syms:
         qw = make_weight(rng, k, n, group, sym=sym)
         mw = mc.pack(qw).to_device()
         for m in ms:
             x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
             for max_ctas in grids:
                 want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
+                with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
+                    assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
+                    got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
+                if pdl:
+                    got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
+                            for _ in range(calls)]
                 if workspace_zero:
                     cp.cuda.get_current_stream().synchronize()
                     assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
@@ -266,38 +275,18 @@ class TestParallelReduction:
         40 CTAs per column; bottoms inside stripes and at their ends), calls back to back
         without a sync between them, plain and with ``pdl=True``, and the workspace is zero
         again after them. ``early_only``: the build with MARLIN_TOP_SUM_EARLY_ONLY 1
-        (prepared), the top's sum on the columns with an early bottom and the last arriver's
+        (measured slower, NOTES.md entry 74), the top's sum on the columns with an early bottom and the last arriver's
         on the others in one launch; that build is the plain symmetric one (no ``pdl=True``,
         no zero points)."""
-        import contextlib
         from marlin_cupy import ops
         _skip_unless_runs(cfg, True)
-        twin = cfg.with_(top_sum=False)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + early_only)
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
         build = (ops.build_kernel(cfg, prefix="#define MARLIN_TOP_SUM_EARLY_ONLY 1\n")
                  if early_only else None)
-        pdl = not early_only and int(cp.cuda.Device().compute_capability) >= 90
-        for sym in (True,) if early_only else (True, False):
-            qw = make_weight(rng, k, n, group, sym=sym)
-            mw = mc.pack(qw).to_device()
-            for m in (1, 7, min(16, cfg.max_m or 16)):
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for max_ctas in (2, 3, 7, 17, 33, 97, None):
-                    want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                    with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
-                        assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
-                        got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(3)]
-                    if pdl:
-                        got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
-                                for _ in range(3)]
-                    cp.cuda.get_current_stream().synchronize()
-                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (m, max_ctas)
-                    for g in got:
-                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
-                            (sym, m, max_ctas)
-                judge(cp.asnumpy(x), qw, got[0])
+        _same_bits_as_twin(cfg, cfg.with_(top_sum=False), 40, (1, 7, min(16, cfg.max_m or 16)),
+                           (2, 3, 7, 17, 33, 97, None), calls=3, workspace_zero=True,
+                           pdl=not early_only and int(cp.cuda.Device().compute_capability) >= 90,
+                           build=build, syms=(True,) if early_only else (True, False),
+                           seed=early_only)
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)
