@@ -60,8 +60,8 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
     "MARLIN_REFILL_LATE=1", "MARLIN_WG_DEPTH=1", "MARLIN_WG_DEPTH=2")] + \
     [(sw, MMA_CFG) for sw in ("MARLIN_BULK=1", "MARLIN_BULK=2", "MARLIN_BULK=3",
                               "MARLIN_PDL=1", "MARLIN_X_PAIRS=0", "MARLIN_A_OFF=0",
-                              "MARLIN_B_OFF=1")] + \
-    [("MARLIN_B_OFF=1", WGMMA_CFG + "_ws"), ("MARLIN_B_OFF=1", "t256_m1_n16_k8_s4_g8_fp32_sw2")] + \
+                              "MARLIN_B_OFF=0")] + \
+    [("MARLIN_B_OFF=0", WGMMA_CFG + "_ws"), ("MARLIN_B_OFF=0", "t256_m1_n16_k8_s4_g8_fp32_sw2")] + \
     [("MARLIN_WS_RELEASE=0", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_PRODUCER_REGS=40", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
      ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
