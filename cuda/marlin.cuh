@@ -264,19 +264,6 @@ __device__ int marlin_early_off;
 #define MARLIN_B_OFF 1
 #endif
 
-// How the mma.sync loop (run(): no producer, no bulk copies, no run-time hand-out, not with
-// MARLIN_REFILL_EARLY or the PDL variants 1, 2 and 4) hands ring slots over. 0: cp.async groups,
-// wait_group and one CTA barrier per unit. 1: two mbarriers per slot: each thread's copies of
-// a fill complete on the slot's `full` barrier (cp.async.mbarrier.arrive.noinc, THREADS
-// arrivals per phase), each thread arrives on its `empty` barrier after the unit's last MMA,
-// and a thread refills a slot once the unit before in it was released by every thread: no
-// CTA barrier in the loop; warps drift apart by up to a unit instead of meeting every unit
-// (NOTES.md entries 14 and 76). The ring's shared memory holds the `empty` barriers as well
-// (`KernelConfig.smem_bytes` reads the switch).
-#ifndef MARLIN_MBAR_RING
-#define MARLIN_MBAR_RING 0
-#endif
-
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -1065,16 +1052,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // One mbarrier (8 bytes) per ring slot for MARLIN_BULK, reserved in every build so that
   // builds of one config with and without it take the same shared memory.
   // With the producer, two per slot (full, then empty: STAGES of each).
-  // MARLIN_MBAR_RING: two per slot as well in the mma.sync builds without run-time hand-out.
+  static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
   static constexpr bool DYN = DYN_Q > 0;
-  static constexpr bool MBAR_SMEM = MARLIN_MBAR_RING && !WGMMA && !DYN;
-  static constexpr int BARS = (WS || MBAR_SMEM) ? STAGES : (STAGES + 1) / 2;
   static constexpr int RING = DYN ? 1 : 0;   // DYN: the ring of drawn chunks, 4 ints
   static constexpr int SMEM_INT4 =
       STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
-  static constexpr bool MBAR = MBAR_SMEM && !WS && !BULK && MARLIN_SM90 &&
-                               !MARLIN_REFILL_EARLY && (MARLIN_PDL == 0 || MARLIN_PDL == 3);
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
   static constexpr int S_COPIES = PER_CHANNEL ? 0 : S_STAGE / S_ROW;
@@ -1121,7 +1104,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   float4* sh_red;
   uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
   uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
-  uint32_t fill_round = 0;       // (MBAR) the ring round of this thread's next fill
   int tid, lane, warp, nw, mw, kw;
 
   // A barrier of the compute threads: the whole CTA, or, with the producer warpgroup (which
@@ -1391,19 +1373,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (c.unit == this->f_end) dyn_fetch_jump(c);
       if (c.unit < this->f_end) fetch_to_shared(c, stage);
       if (!MARLIN_DYN_RR && this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
-    } else if constexpr (MBAR) {
-      // Fills go to the slots in unit order; from the second round on, a fill waits for the
-      // release of the unit before it in the slot (release r completes phase r, parity r & 1).
-      if (c.unit < unit_end) {
-        if (fill_round > 0) mbar_wait(bar_empty() + 8 * stage, (fill_round - 1) & 1u);
-        if (stage == STAGES - 1) fill_round++;
-        fetch_to_shared(c, stage);
-        cp_async_mbar_arrive_noinc(bar_full + 8 * stage);
-      }
     } else {
       if (c.unit < unit_end) fetch_to_shared(c, stage);
     }
-    if constexpr (!MBAR) cp_async_commit();
+    cp_async_commit();
     advance(c);
   }
 
@@ -1473,7 +1446,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // every thread's wait for its previous fill: a barrier never runs a phase ahead of a waiter.
   // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
-    if constexpr (BULK || WS || MBAR) {
+    if constexpr (BULK || WS) {
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
       // awaited flips after the last slot.
       mbar_wait(bar_full + 8 * stage, full_parity);
@@ -1488,15 +1461,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) mbar_init(bar_full + 8 * s, 1);
         fence_proxy_async_shared();
-      }
-      __syncthreads();
-    } else if constexpr (MBAR) {
-      if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-          mbar_init(bar_full + 8 * s, THREADS);
-          mbar_init(bar_empty() + 8 * s, THREADS);
-        }
       }
       __syncthreads();
     }
@@ -2848,7 +2812,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         this->pend = atomicAdd(locks + this->chunks, 1);
     }
     stamp(2);
-    if constexpr (!MBAR) cp_async_wait<STAGES - 2>();
+    cp_async_wait<STAGES - 2>();
     bulk_wait(0);   // (unit_start < unit_end: CTAs without units have returned)
     if constexpr (WGMMA) fence_proxy_async_shared();
     cta_sync();
@@ -2897,19 +2861,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
           if (!EARLY_REFILL) fetch_or_skip(fetch, refill);
-          if constexpr (MBAR) {
+          cp_async_wait<STAGES - 2>();
+          if constexpr (BULK) {
             if (unit + 1 < unit_end) bulk_wait(next);
-          } else {
-            cp_async_wait<STAGES - 2>();
-            if constexpr (BULK) {
-              if (unit + 1 < unit_end) bulk_wait(next);
-              // The next refill (bulk copies: the async proxy) overwrites a slot this thread
-              // read through the generic proxy: those reads are ordered before it here.
-              // (MARLIN_BULK 3, a measurement: without it, the barrier alone orders them.)
-              if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
-            }
-            cta_sync();
+            // The next refill (bulk copies: the async proxy) overwrites a slot this thread
+            // read through the generic proxy: those reads are ordered before it here.
+            // (MARLIN_BULK 3, a measurement: without it, the barrier alone orders them.)
+            if constexpr (MARLIN_BULK != 3) fence_proxy_async_shared();
           }
+          cta_sync();
           if (!MARLIN_NO_MATH && has_next(unit, compute))
             next_registers(regs[(sub + 1) % 2], regs[sub % 2], next, 0);
         } else if (!MARLIN_NO_MATH) {
@@ -2946,8 +2906,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           matmul_swapped<false>(regs[sub % 2], acc_t);
         }
       }
-      // MBAR: this thread's reads of the unit's slot fed the MMAs above, so they are done.
-      if constexpr (MBAR) mbar_arrive(bar_empty() + 8 * stage);
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
       if (K_SUB % 2 == 1) {
         regs[0] = regs[1];
@@ -2975,8 +2933,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       refill = stage;
       stage = next;
     }
-    if constexpr (MBAR) asm volatile("cp.async.wait_all;\n" ::: "memory");
-    else if constexpr (!WS) cp_async_wait<0>();
+    if constexpr (!WS) cp_async_wait<0>();
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
@@ -3143,7 +3100,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 
-  // WS, MBAR: the `empty` barriers follow the STAGES `full` ones.
+  // WS: the `empty` barriers follow the STAGES `full` ones.
   __device__ __forceinline__ uint32_t bar_empty() const { return bar_full + 8 * STAGES; }
 
   // WS: the producer warpgroup's loop (tid is 0..COPY_T - 1 here). It fills the ring in unit

@@ -236,11 +236,8 @@ class KernelConfig:
         else:
             frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
-        # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty), and
-        # in the mma.sync builds without run-time hand-out under MARLIN_MBAR_RING.
-        from .kernels import defines    # the build's switches ($MARLIN_CUPY_DEFINES)
-        mbar = defines().get("MARLIN_MBAR_RING", 0) and not self.wgmma and not self.dyn_chunk
-        bars = self.stages if self.producer or mbar else (self.stages + 1) // 2
+        # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty).
+        bars = self.stages if self.producer else (self.stages + 1) // 2
         ring = 1 if self.dyn_chunk else 0   # dyn_chunk: the ring of drawn chunks (4 ints)
         return 16 * (self.stages * (a + b + s + z) + red + bars + ring)
 

@@ -181,8 +181,8 @@ def main(argv=None) -> int:
     @contextlib.contextmanager
     def switches(spec):
         """A build's switches in $MARLIN_CUPY_DEFINES while its shared memory and its launch
-        plan are worked out: they can depend on them (``KernelConfig.smem_bytes``,
-        MARLIN_MBAR_RING)."""
+        plan are worked out, for a switch that changes the shared memory an instance takes
+        (``KernelConfig.smem_bytes`` reads it; MARLIN_MBAR_RING did, NOTES.md entry 76)."""
         if spec:
             os.environ["MARLIN_CUPY_DEFINES"] = spec
         try:
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
         finally:
             os.environ.pop("MARLIN_CUPY_DEFINES", None)
 
-    def build(cs, pre, spec):
+    def build_all(cs, pre, spec):
         kers = {c: ops.build_kernel(c, zp, prefix=pre) for c in cs}
         with switches(spec):
             for c, ker in kers.items():
@@ -199,8 +199,8 @@ def main(argv=None) -> int:
 
     # Without switches the A build of a config the shipped table also runs is that same
     # kernel (--table-a), so the check below that the launch holds the A build is moot there.
-    a_kernels = build(a_set, prefix, a.define)
-    b_kernels = build(cfgs, b_prefix, a.base_define) if b_prefix else {}
+    a_kernels = build_all(a_set, prefix, a.define)
+    b_kernels = build_all(cfgs, b_prefix, a.base_define) if b_prefix else {}
 
     def build_b(cfg):
         """The B build's launch context: its own kernel with --base-define, else the shipped."""
