@@ -264,18 +264,6 @@ __device__ int marlin_early_off;
 #define MARLIN_B_OFF 1
 #endif
 
-// How the mma.sync loop (run(): no producer, bulk copies or run-time hand-out, not with
-// MARLIN_REFILL_EARLY) issues a unit's refill. 0: every copy in the unit's last step, before
-// its wait and barrier. 1: spread over the unit's K_SUB steps (copy j of the fill, the
-// weights' first, then the activations', the scales' and the zero points', in step
-// j * K_SUB / copies), each after the step's shared reads: the same copies into the same
-// slot (free since the barrier that ended the unit before) and one cp.async group per unit,
-// committed in the last step. ncu (NOTES.md entry 76): the first shift of the step after the
-// refill waits on its shared reads queued behind the eleven copies.
-#ifndef MARLIN_REFILL_SPREAD
-#define MARLIN_REFILL_SPREAD 0
-#endif
-
 // Where the mma.sync loop (run(), without a producer) refills the ring. 0: in a unit's last
 // step, before its wait and barrier (the slot it takes, the previous unit's, has been free
 // since the barrier that ended that unit, so during the unit's other steps one slot fewer is
@@ -416,14 +404,6 @@ __device__ __forceinline__ void cp_async16_pred(void* smem, const void* glob, bo
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* glob) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(glob));
-}
-
-// The same, issued only if `pred` (a predicated instruction, no branch; nothing is read or
-// written otherwise).
-__device__ __forceinline__ void cp_async16_if(void* smem, const void* glob, bool pred) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n"
-               " @p cp.async.cg.shared.global [%0], [%1], 16;\n}\n"
-               ::"r"(smem_addr(smem)), "l"(glob), "r"(static_cast<int>(pred)));
 }
 
 // The 16 bytes at `glob` into L2 only (a hint: no register, no shared memory, no group).
@@ -1381,50 +1361,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (tid < Z_STAGE)
         copy16<L2_ONLY>(sh_z + stage * Z_STAGE + tid,
                    Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
-    }
-  }
-
-  // MARLIN_REFILL_SPREAD: the copies of the unit at cursor `c` that go in step `part` (a
-  // constant once the step loop is unrolled), if this CTA owns the unit (predicated copies;
-  // past the CTA's last unit the activations' copies zero-fill the slot, which is free and
-  // never read again).
-  static constexpr bool SPREAD = MARLIN_REFILL_SPREAD && !WGMMA && !WS && !BULK && !DYN &&
-                                 !MARLIN_REFILL_EARLY;
-  __device__ __forceinline__ void fetch_part(const Cursor& c, int stage, int part) {
-    const bool own = c.unit < unit_end;
-    constexpr int NS = PER_CHANNEL ? 0 : 1;
-    constexpr int COPIES = B_ITERS + A_ITERS + NS + (HAS_ZP ? 1 : 0);
-    auto mine = [&](int j) { return j * K_SUB / COPIES == part; };
-    {
-      const int4* b_gl = c.b;
-      int4* b_sh = sh_b + stage * B_STAGE + tid;
-#pragma unroll
-      for (int i = 0; i < B_ITERS; i++) {
-        if (mine(i) && (B_STAGE % COPY_T == 0 || tid + i * COPY_T < B_STAGE))
-          cp_async16_if(b_sh + i * COPY_T, b_gl + b_gl_at(i), own);
-      }
-    }
-    {
-      const int rows_left = prob_m - c.slab * TILE_M;
-      int4* a_sh = sh_a + stage * A_STAGE;
-#pragma unroll
-      for (int i = 0; i < A_ITERS; i++) {
-        if (mine(B_ITERS + i) && (A_STAGE % COPY_T == 0 || a_row_at(i) < TILE_M)) {
-          const bool valid = own && a_row_at(i) < rows_left;
-          cp_async16_pred(a_sh + a_sh_at(i), valid ? c.a + a_gl_at(i) : A, valid);
-        }
-      }
-    }
-    const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
-    if constexpr (!PER_CHANNEL) {
-      if (mine(B_ITERS + A_ITERS) && tid < S_STAGE)
-        cp_async16_if(sh_s + stage * S_STAGE + tid,
-                      S + group0 * (prob_n / 8) + c.n_tile * S_ROW + s_gl_off, own);
-    }
-    if constexpr (HAS_ZP) {
-      if (mine(B_ITERS + A_ITERS + NS) && tid < Z_STAGE)
-        cp_async16_if(sh_z + stage * Z_STAGE + tid,
-                      Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off, own);
     }
   }
 
@@ -2924,13 +2860,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
         } else if (sub == K_SUB - 1) {
           // The slot before this one was last read during the previous unit, before the
           // barrier below was last passed, so it can be refilled now.
-          if constexpr (SPREAD) {
-            fetch_part(fetch, refill, sub);
-            cp_async_commit();
-            advance(fetch);
-          } else if (!EARLY_REFILL) {
-            fetch_or_skip(fetch, refill);
-          }
+          if (!EARLY_REFILL) fetch_or_skip(fetch, refill);
           cp_async_wait<STAGES - 2>();
           if constexpr (BULK) {
             if (unit + 1 < unit_end) bulk_wait(next);
@@ -2942,9 +2872,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
           cta_sync();
           if (!MARLIN_NO_MATH && has_next(unit, compute))
             next_registers(regs[(sub + 1) % 2], regs[sub % 2], next, 0);
-        } else {
-          if (!MARLIN_NO_MATH) next_registers(regs[(sub + 1) % 2], regs[sub % 2], stage, sub + 1);
-          if constexpr (SPREAD) fetch_part(fetch, refill, sub);
+        } else if (!MARLIN_NO_MATH) {
+          next_registers(regs[(sub + 1) % 2], regs[sub % 2], stage, sub + 1);
         }
         if constexpr (MARLIN_NO_MATH) {
         } else if constexpr (SWAP == 0) {

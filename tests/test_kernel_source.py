@@ -62,8 +62,6 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
                               "MARLIN_PDL=1", "MARLIN_X_PAIRS=0", "MARLIN_A_OFF=0",
                               "MARLIN_B_OFF=0")] + \
     [("MARLIN_B_OFF=0", WGMMA_CFG + "_ws"), ("MARLIN_B_OFF=0", "t256_m1_n16_k8_s4_g8_fp32_sw2")] + \
-    [("MARLIN_REFILL_SPREAD=1", c) for c in (MMA_CFG, "t256_m1_n16_k8_s6_g8_fp32par_sw1_eb",
-                                              "t256_m1_n16_k16_s4_g8_fp32par_sw1_ts")] + \
     [("MARLIN_WS_RELEASE=0", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_PRODUCER_REGS=40", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
      ("MARLIN_WS_ROLE_BY_WARP=0", "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
