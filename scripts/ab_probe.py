@@ -177,39 +177,15 @@ def main(argv=None) -> int:
     jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
                    + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in a_set],
                    os.cpu_count() or 4)
-
-    @contextlib.contextmanager
-    def switches(spec):
-        """A build's switches in $MARLIN_CUPY_DEFINES while its shared memory and its launch
-        plan are worked out, for a switch that changes the shared memory an instance takes
-        (``KernelConfig.smem_bytes`` reads it; MARLIN_MBAR_RING did, NOTES.md entry 76)."""
-        if spec:
-            os.environ["MARLIN_CUPY_DEFINES"] = spec
-        try:
-            yield
-        finally:
-            os.environ.pop("MARLIN_CUPY_DEFINES", None)
-
-    def build_all(cs, pre, spec):
-        kers = {c: ops.build_kernel(c, zp, prefix=pre) for c in cs}
-        with switches(spec):
-            for c, ker in kers.items():
-                ker.max_dynamic_shared_size_bytes = c.smem_bytes(zp)
-        return kers
-
     # Without switches the A build of a config the shipped table also runs is that same
     # kernel (--table-a), so the check below that the launch holds the A build is moot there.
-    a_kernels = build_all(a_set, prefix, a.define)
-    b_kernels = build_all(cfgs, b_prefix, a.base_define) if b_prefix else {}
+    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in a_set}
+    b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
         """The B build's launch context: its own kernel with --base-define, else the shipped."""
-        if not b_prefix:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(switches(a.base_define))
-        stack.enter_context(ops.use_kernel(cfg, b_kernels[cfg], has_zp=zp))
-        return stack
+        return (ops.use_kernel(cfg, b_kernels[cfg], has_zp=zp) if b_prefix
+                else contextlib.nullcontext())
 
     rng = np.random.default_rng(0)
     rows, mismatches = [], 0
@@ -230,8 +206,7 @@ def main(argv=None) -> int:
                     # measurements falls on both builds alike.
                     for build in "ABBA":
                         if build == "A":
-                            with switches(a.define), \
-                                    ops.use_kernel(acfg, a_kernels[acfg], has_zp=zp):
+                            with ops.use_kernel(acfg, a_kernels[acfg], has_zp=zp):
                                 # The launch path must really take the A build.
                                 assert ops.plan(m, n, k, a.group_size, has_zp=zp,
                                                 config=acfg).kernel is a_kernels[acfg]
