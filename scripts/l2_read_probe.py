@@ -12,6 +12,12 @@ CTA times its read by ``%globaltimer`` between two barriers; the row keeps the m
 ``--reps`` launches of the slowest CTA's time. ``ctas`` = 1: one SM alone (the last arriver at
 the end of a launch); ``ctas`` = the SM count: every SM at once.
 
+``--bulk`` adds rows of another read (entry 77): one lane issues the CTA's whole part as bulk
+copies (``cp.async.bulk``, the copy engine) into shared memory, one 16 KB piece per copy and
+mbarrier, and every thread adds each piece from shared memory once its barrier completes, as
+a last arriver would add the partials (``depth`` is then 0). And ``threads`` 512 and 1024 for
+the plain loads: more loads in flight per SM without deeper batches.
+
 ``depth`` is what the source asks for. ptxas (CUDA 13, sm_90a) issues the loads of depths 8
 and 16 in batches of 4 with adds between them, so those rows have about 4 loads in flight per
 thread, not 8 or 16 (read the SASS before comparing them with the kernel's sums).
@@ -77,12 +83,62 @@ __device__ __forceinline__ void l2_read(const float4* __restrict__ src, int n_ve
 '''
 
 
+BULK_KERNEL = r'''
+// One lane issues every 16 KB piece of the CTA's part as a bulk copy into shared memory, each on
+// its own mbarrier; the threads add piece after piece as their barriers complete.
+extern "C" __global__ void l2_bulk(const float4* __restrict__ src, int n_vec, float* out,
+                                   unsigned long long* t) {
+  extern __shared__ __align__(128) float4 buf[];
+  __shared__ __align__(8) unsigned long long bars[16];
+  constexpr int PIECE = 1024;   // float4 per piece: 16 KB
+  const int pieces = (n_vec + PIECE - 1) / PIECE;
+  const float4* s = src + static_cast<size_t>(blockIdx.x) * n_vec;
+  if (threadIdx.x < pieces)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(
+                     __cvta_generic_to_shared(&bars[threadIdx.x]))) : "memory");
+  __syncthreads();
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < pieces; p++) {
+      const int n = min(PIECE, n_vec - p * PIECE);
+      const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&bars[p]));
+      asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}"
+                   ::"r"(bar), "r"(n * 16) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                   " [%0], [%1], %2, [%3];"
+                   ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(buf + p * PIECE))),
+                   "l"(s + p * PIECE), "r"(n * 16), "r"(bar) : "memory");
+    }
+  }
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int p = 0; p < pieces; p++) {
+    const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&bars[p]));
+    asm volatile("{\n .reg .pred q;\nW:\n mbarrier.try_wait.parity.shared::cta.b64 q, [%0], 0;\n"
+                 " @!q bra W;\n}" ::"r"(bar) : "memory");
+    const int n = min(PIECE, n_vec - p * PIECE);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float4 v = buf[p * PIECE + i];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+  }
+  __syncthreads();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
+  if (threadIdx.x == 0) {
+    t[2 * blockIdx.x] = t0;
+    t[2 * blockIdx.x + 1] = t1;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+}
+'''
+
+
 def entry(depth: int) -> str:
     return f"l2_read_d{depth}"
 
 
-def source() -> str:
-    body = [KERNEL]
+def source(bulk: bool = False) -> str:
+    body = [KERNEL] + ([BULK_KERNEL] if bulk else [])
     for d in DEPTHS:
         body.append(f'extern "C" __global__ void {entry(d)}(const float4* src, int n_vec, '
                     f"const float4* zero, float* out, unsigned long long* t) "
@@ -101,12 +157,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--bulk", action="store_true",
+                   help="also bulk copies into shared memory, and 512 and 1024 threads")
     a = p.parse_args(argv)
     import cupy as cp
     import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.records import environment
-    mod = jit.load_module(source())
+    mod = jit.load_module(source(a.bulk), arch_suffix="a" if a.bulk else "")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     rows = []
     for ctas in (1, sms):
@@ -115,7 +173,7 @@ def main(argv=None) -> int:
             buf = cp.empty(ctas * n_vec * 4, dtype=cp.float32)
             t = cp.zeros(2 * ctas, dtype=cp.uint64)
             zero = cp.zeros(4, dtype=cp.float32)
-            for threads in THREADS:
+            for threads in THREADS + ((512, 1024) if a.bulk else ()):
                 out = cp.empty(ctas * threads, dtype=cp.float32)
                 for d in DEPTHS:
                     ker = mod.get_function(entry(d))
@@ -133,6 +191,23 @@ def main(argv=None) -> int:
                     print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, {d} in "
                           f"flight: {ns:.0f} ns, {row['gbps_per_cta']:.0f} GB/s per CTA",
                           flush=True)
+                if a.bulk and threads <= 256 and size <= (144 << 10):
+                    ker = mod.get_function("l2_bulk")
+                    ker.max_dynamic_shared_size_bytes = size
+                    times = []
+                    for r in range(a.reps + 1):
+                        buf.fill(1.0)
+                        ker((ctas,), (threads,), (buf, np.int32(n_vec), out, t),
+                            shared_mem=size)
+                        cp.cuda.Device().synchronize()
+                        if r:
+                            times.append(slowest_ns(cp.asnumpy(t)))
+                    ns = float(np.median(times))
+                    rows.append({"ctas": ctas, "bytes_per_cta": size, "threads": threads,
+                                 "depth": 0, "bulk": True, "median_ns": ns,
+                                 "gbps_per_cta": size / ns})
+                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, bulk "
+                          f"copies: {ns:.0f} ns, {size / ns:.0f} GB/s per CTA", flush=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "l2_read_probe", "environment": environment(), "sms": sms,
                    "rows": rows}, f, indent=1)
