@@ -15,8 +15,10 @@ the end of a launch); ``ctas`` = the SM count: every SM at once.
 ``--bulk`` adds rows of another read (entry 77): one lane issues the CTA's whole part as bulk
 copies (``cp.async.bulk``, the copy engine) into shared memory, one 16 KB piece per copy and
 mbarrier, and every thread adds each piece from shared memory once its barrier completes, as
-a last arriver would add the partials (``depth`` is then 0). And ``threads`` 512 and 1024 for
-the plain loads: more loads in flight per SM without deeper batches.
+a last arriver would add the partials (``depth`` is then 0); and ``cp.async`` copies of each
+thread's own float4s into shared memory, ``depth`` per thread and batch with two batches in
+flight (rows with ``ldgsts``), added from there. And ``threads`` 512 and 1024 for the plain
+loads: more loads in flight per SM without deeper batches.
 
 ``depth`` is what the source asks for. ptxas (CUDA 13, sm_90a) issues the loads of depths 8
 and 16 in batches of 4 with adds between them, so those rows have about 4 loads in flight per
@@ -133,12 +135,75 @@ extern "C" __global__ void l2_bulk(const float4* __restrict__ src, int n_vec, fl
 '''
 
 
+LDGSTS_KERNEL = r'''
+// Every thread copies its own float4s of the CTA's part into shared memory with cp.async (no
+// registers held while in flight), PIECE float4 per thread and batch, two batches in flight:
+// batch b + 1 is issued before batch b is added. A thread adds only what it copied itself, so
+// no barrier between the copy and the add.
+template <int PIECE>
+__device__ __forceinline__ void l2_ldgsts(const float4* __restrict__ src, int n_vec, float* out,
+                                          unsigned long long* t) {
+  extern __shared__ __align__(128) float4 buf[];   // 2 * PIECE * blockDim.x float4
+  const float4* s = src + static_cast<size_t>(blockIdx.x) * n_vec;
+  const int per_batch = PIECE * blockDim.x;
+  const int batches = (n_vec + per_batch - 1) / per_batch;
+  __syncthreads();
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  auto issue = [&](int b) {
+#pragma unroll
+    for (int d = 0; d < PIECE; d++) {
+      const int i = b * per_batch + d * blockDim.x + threadIdx.x;
+      const int n = i < n_vec ? 16 : 0;   // past the end: zero-fill, no read
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(
+          buf + (b & 1) * per_batch + d * blockDim.x + threadIdx.x));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                   ::"r"(dst), "l"(s + (i < n_vec ? i : 0)), "r"(n) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  issue(0);
+  for (int b = 0; b < batches; b++) {
+    if (b + 1 < batches) {
+      issue(b + 1);
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+#pragma unroll
+    for (int d = 0; d < PIECE; d++) {
+      const float4 v = buf[(b & 1) * per_batch + d * blockDim.x + threadIdx.x];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+  }
+  __syncthreads();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
+  if (threadIdx.x == 0) {
+    t[2 * blockIdx.x] = t0;
+    t[2 * blockIdx.x + 1] = t1;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+}
+extern "C" __global__ void l2_ldgsts8(const float4* s, int n, float* o, unsigned long long* t) {
+  l2_ldgsts<8>(s, n, o, t);
+}
+extern "C" __global__ void l2_ldgsts16(const float4* s, int n, float* o, unsigned long long* t) {
+  l2_ldgsts<16>(s, n, o, t);
+}
+extern "C" __global__ void l2_ldgsts32(const float4* s, int n, float* o, unsigned long long* t) {
+  l2_ldgsts<32>(s, n, o, t);
+}
+'''
+LDGSTS_PIECES = (8, 16, 32)
+
+
 def entry(depth: int) -> str:
     return f"l2_read_d{depth}"
 
 
 def source(bulk: bool = False) -> str:
-    body = [KERNEL] + ([BULK_KERNEL] if bulk else [])
+    body = [KERNEL] + ([BULK_KERNEL, LDGSTS_KERNEL] if bulk else [])
     for d in DEPTHS:
         body.append(f'extern "C" __global__ void {entry(d)}(const float4* src, int n_vec, '
                     f"const float4* zero, float* out, unsigned long long* t) "
@@ -208,6 +273,26 @@ def main(argv=None) -> int:
                                  "gbps_per_cta": size / ns})
                     print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, bulk "
                           f"copies: {ns:.0f} ns, {size / ns:.0f} GB/s per CTA", flush=True)
+                for piece in (LDGSTS_PIECES if a.bulk and threads <= 256 else ()):
+                    smem = 2 * piece * threads * 16
+                    if smem > 200 << 10:
+                        continue
+                    ker = mod.get_function(f"l2_ldgsts{piece}")
+                    ker.max_dynamic_shared_size_bytes = smem
+                    times = []
+                    for r in range(a.reps + 1):
+                        buf.fill(1.0)
+                        ker((ctas,), (threads,), (buf, np.int32(n_vec), out, t), shared_mem=smem)
+                        cp.cuda.Device().synchronize()
+                        if r:
+                            times.append(slowest_ns(cp.asnumpy(t)))
+                    ns = float(np.median(times))
+                    rows.append({"ctas": ctas, "bytes_per_cta": size, "threads": threads,
+                                 "depth": piece, "ldgsts": True, "median_ns": ns,
+                                 "gbps_per_cta": size / ns})
+                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, cp.async "
+                          f"{piece} x 2 in flight: {ns:.0f} ns, {size / ns:.0f} GB/s per CTA",
+                          flush=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "l2_read_probe", "environment": environment(), "sms": sms,
                    "rows": rows}, f, indent=1)
