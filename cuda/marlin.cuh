@@ -327,14 +327,6 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_ROLE_BY_WARP
 #define MARLIN_WS_ROLE_BY_WARP 1
 #endif
-// (NOTES.md entry 77) The producer builds: 1 issues the first unit's copies before the ring's
-// barriers are initialised and the roles split (cp.async needs no barrier; its arrival on the
-// slot's `full` barrier follows the CTA barrier), so the first copies leave before the
-// barrier, setmaxnreg and the producer's setup. The M = 16 timelines put the producer builds'
-// first landed unit 0.4-0.8 us later than the mma.sync builds' at M = 8. 0: after them.
-#ifndef MARLIN_WS_EARLY_FILL
-#define MARLIN_WS_EARLY_FILL 0
-#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MARLIN_SM90 1
 #else
@@ -3119,10 +3111,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // slot's `full` barrier through cp.async.mbarrier.arrive (COPY_T arrivals per phase), so
   // the producer never waits for its own copies; the compute threads fence between that
   // barrier and wgmma (start_stream, run_wgmma).
-  // MARLIN_WS_EARLY_FILL: the first unit's copies, issued by the producer threads before the
-  // ring's barriers exist (run_producer arrives for them).
-  static constexpr bool WS_EARLY_FILL = WS && MARLIN_WS_EARLY_FILL && !BULK;
-  __device__ __forceinline__ Cursor producer_first_fill() {
+  __device__ __forceinline__ void run_producer() {
     Cursor fetch = cursor_at(unit_start);
 #if MARLIN_PDL
     // With a producer only this warpgroup reads global memory before the compute threads'
@@ -3133,18 +3122,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // and cost 4-7 % when nothing overlaps (entry 56).
     grid_dependency_wait();
 #endif
-    if constexpr (WS_EARLY_FILL) fetch_to_shared(fetch, 0);
-    return fetch;
-  }
-
-  __device__ __forceinline__ void run_producer(Cursor fetch) {
     int slot = 0;
     uint32_t round = 0;
     for (int unit = unit_start; unit < unit_end; unit++) {
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
-      // (WS_EARLY_FILL) the first unit's copies are in flight already: cp.async's arrival on
-      // the barrier counts every copy this thread issued before it.
-      if (!WS_EARLY_FILL || unit != unit_start) fetch_to_shared(fetch, slot);
+      fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
       advance(fetch);
       if (++slot == STAGES) {
@@ -3235,13 +3217,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     // compute warpgroups where the launch bounds leave them short (256 compute threads: 168
     // per thread at launch, 56 for the producer, 224 for the others; 512: 96, 56 and 104; 128
     // with two CTAs per SM: 128 at launch, 56 and 200).
-    const bool producer = MARLIN_WS_ROLE_BY_WARP ? k.warp >= K::WARPS : threadIdx.x >= THREADS;
-    typename K::Cursor fetch;
-    if (K::WS_EARLY_FILL && producer) {
-      k.tid = threadIdx.x - THREADS;
-      k.init_fetch_offsets();
-      fetch = k.producer_first_fill();
-    }
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < STAGES; s++) {
@@ -3257,14 +3232,11 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
     static_assert(PRODUCER_REGS % 8 == 0 && PRODUCER_REGS >= 24, "setmaxnreg: 24..256, by 8");
     constexpr int MORE = K::COMPUTE_REGS;                 // (with SHIFT: the producer's leftover)
     constexpr bool SHIFT = WGMMA && K::REG_POOL < 248;   // setmaxnreg is sm_90a (the wgmma builds')
-    if (producer) {
+    if (MARLIN_WS_ROLE_BY_WARP ? k.warp >= K::WARPS : threadIdx.x >= THREADS) {
       if constexpr (SHIFT) setmaxnreg_dec<PRODUCER_REGS>();
-      if constexpr (!K::WS_EARLY_FILL) {
-        k.tid = threadIdx.x - THREADS;
-        k.init_fetch_offsets();
-        fetch = k.producer_first_fill();
-      }
-      k.run_producer(fetch);
+      k.tid = threadIdx.x - THREADS;
+      k.init_fetch_offsets();
+      k.run_producer();
       return;
     }
     if constexpr (SHIFT) setmaxnreg_inc<(MORE < 256 ? MORE : 256)>();
