@@ -4,7 +4,7 @@ cuda/marlin.cuh).
 
     python3 scripts/timeline_probe.py OUT.json [--m 1,16,64] [--sets llama2-7b,llama2-70b]
                                       [--layers "K,N;..."] [--launches 7]
-                                      [--variant top_sum]
+                                      [--variant top_sum|early_bottom]
 
 For every layer and M: the median CUDA-event time of the real kernel (the tuner's method,
 weights rotated past the L2), then ``--launches`` single launches of the probe build, each
@@ -49,7 +49,8 @@ where in the launch the math's time falls (NOTES.md entry 74).
 ``--variant top_sum`` runs each dispatched config that can take it with the column's top
 summing (``top_sum``, NOTES.md entry 73; in place of an ``early_bottom``), both for the event
 time and the probe build: the same layers' timeline under the variant, to set beside a run
-without it.
+without it. ``--variant early_bottom`` does the same with the early bottom (``early_bottom``,
+entries 69 and 77; not in place of a ``top_sum``).
 
 All three llama2 sets at three M take over 4.5 minutes on the H200, most of it packing the
 large layers' random weights; OUT.json is rewritten after every row.
@@ -192,7 +193,7 @@ def main(argv=None) -> int:
                    help="probe build without the stores of C (MARLIN_PROBE 5)")
     p.add_argument("--stream-only", action="store_true",
                    help="probe build without the loop's math (MARLIN_PROBE 10: 1's loop)")
-    p.add_argument("--variant", default="", choices=("", "top_sum"),
+    p.add_argument("--variant", default="", choices=("", "top_sum", "early_bottom"),
                    help="run each dispatched config with this variant where it is valid")
     p.add_argument("--raw", action="store_true",
                    help="also keep every launch's per-CTA points (ns after the first entry) "
@@ -211,6 +212,9 @@ def main(argv=None) -> int:
         cfg = ops.plan(m, n, k, a.group_size).config
         if a.variant == "top_sum":
             v = cfg.with_(top_sum=True, early_bottom=False)
+            return cfg if v.problems() else v
+        if a.variant == "early_bottom" and not cfg.top_sum:
+            v = cfg.with_(early_bottom=True)
             return cfg if v.problems() else v
         return cfg
 
