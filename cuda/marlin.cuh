@@ -2350,13 +2350,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       if (early) clear_early<NF>(col);
 #else
       zero_frags<NF>(frags);
-      if (EARLY_DEFER && early) {
-        // (EARLY_DEFER: after the main loop) one pass, each of the bottom's words read until
-        // it is written (entry 77).
-        add_early<NF, true>(frags, col);
-        for (int cta = bottom - 1; cta >= top; cta--) add_scratch<NF>(frags, partial_slot(cta, top));
-        clear_early<NF>(col);
-      } else if (early) {
+      if (early) {
         // The early bottom's partial first (it is the first in the order), outside the loop,
         // whose loads the compiler batches several partials deep. Its words are read once,
         // with the others' loads in flight; in the rare case that one was not written yet,
