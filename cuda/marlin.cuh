@@ -86,9 +86,7 @@
 // takes it too: its bottom writes the slot and leaves, the chain's second CTA adds those
 // words, and every later turn moves down by one (entry 70: +0.2..+1.1 %). The config variant
 // early_bottom (suffix _eb, template argument EARLY) is this switch for one instance; the
-// H200 table uses it on six M <= 8 entries (entry 70). The switch leaves the producer builds
-// alone; the variant also takes them (entry 77: there the count-in stops the compute warps for
-// the atomic's round trip, with no copies in flight to fence).
+// H200 table uses it on six M <= 8 entries (entry 70).
 #ifndef MARLIN_PAR_EARLY_BOTTOM
 #define MARLIN_PAR_EARLY_BOTTOM 0
 #endif
@@ -945,18 +943,17 @@ template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
-  // With a producer warpgroup (NOTES.md entry 77) the compute warps have no copies in flight
-  // for a release to wait on, but the bottom's count-in still stops them for the atomic's round
-  // trip mid-stripe; the early bottom's words need neither.
-  static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && DYN_Q == 0),
-                "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows and no "
-                "run-time hand-out");
+  static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER &&
+                           DYN_Q == 0),
+                "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows, no producer "
+                "warpgroup and no run-time hand-out");
   // TOP_SUM (config suffix _ts; NOTES.md entry 73): every CTA of a split column but its top
   // publishes its partial as never-zero words (the early bottom's form) with no count-in and no
   // fence; the top sums them (top_sum). It includes the early bottom, so not with EARLY.
-  static_assert(!TOP_SUM || (PAR_REDUCE && 16 * M_BLOCKS < 32 && DYN_Q == 0 && !EARLY),
+  static_assert(!TOP_SUM || (PAR_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER && DYN_Q == 0 &&
+                             !EARLY),
                 "TOP_SUM (the column's top sums) needs the parallel reduction, tiles below 32 "
-                "rows, no run-time hand-out, and not EARLY (it includes it)");
+                "rows, no producer warpgroup, no run-time hand-out, and not EARLY (it includes it)");
   static_assert(WARP_N == 0 ||
                     ((WGMMA || SWAP > 0) && (WARP_N == 16 || WARP_N == 32 || WARP_N == 64)),
                 "WARP_N (columns per warp) is 16, 32 or 64, and only with wgmma or swapped "
@@ -1863,8 +1860,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
   static constexpr bool EARLY_ANY =
-      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && FP32_REDUCE && !DYN && (EARLY || !WS) &&
-      TILE_M < 32;   // the switch keeps its old reach: the producer builds only as EARLY
+      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && FP32_REDUCE && !DYN && !WS && TILE_M < 32;
   static constexpr bool EARLY_BOTTOM = EARLY_ANY && PAR_REDUCE;
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.

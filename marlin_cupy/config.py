@@ -84,14 +84,14 @@ class KernelConfig:
     #: column sums are the parallel reduction's, in chunk order: reproducible bits. At least
     #: ``stages`` (the prologue stays in the first chunk). Name: _q<dyn_chunk>.
     dyn_chunk: int = 0
-    #: (fp32_reduce, tiles below 32 rows, no run-time hand-out) the early bottom
+    #: (fp32_reduce, tiles below 32 rows, no producer or run-time hand-out) the early bottom
     #: (MARLIN_PAR_EARLY_BOTTOM for this instance; benchmarks/NOTES.md entries 68-69): the CTA
     #: holding the bottom of a split column that ends inside its stripe writes its partial
     #: into the column's slot of the workspace without a count-in or a fence, and goes on
     #: streaming; the column's summing CTA (parallel reduction) or the chain's second CTA
     #: (serial) reads it from there. The same sums, the same bits. Name: _eb.
     early_bottom: bool = False
-    #: (parallel_reduce, tiles below 32 rows, no run-time hand-out) the column's top
+    #: (parallel_reduce, tiles below 32 rows, no producer or run-time hand-out) the column's top
     #: sums (NOTES.md entry 73): every CTA of a split column but its top writes its partial as
     #: the early bottom does (never-zero words into a slot of its own in the workspace, no
     #: count-in, no fence) and goes on or exits; the top, which reaches the column at its
@@ -125,11 +125,11 @@ class KernelConfig:
 
     @property
     def early_bottom_fits(self) -> bool:
-        """Whether this instance's reduction can take the early bottom or the column's top
-        summing (the kernel's EARLY / TOP_SUM): FP32 partials, tiles below 32 rows, static
-        stripes; with or without a producer (NOTES.md entry 77). ops sizes the early slots of
-        the workspace for these."""
-        return self.fp32_reduce and self.tile_m < 32 and not self.dyn_chunk
+        """Whether this instance's reduction can take the early bottom (the kernel's EARLY_ANY
+        without the switch): FP32 partials, tiles below 32 rows, no producer, static stripes.
+        ops sizes the early slots of the workspace for these."""
+        return (self.fp32_reduce and self.tile_m < 32 and not self.producer
+                and not self.dyn_chunk)
 
     def chunks(self, units: int) -> int:
         """(dyn_chunk) Chunks of a launch with ``units`` units; each has a column counter and
@@ -311,13 +311,14 @@ class KernelConfig:
         if self.top_sum and not (self.parallel_reduce and self.early_bottom_fits
                                  and not self.early_bottom):
             errs.append(f"top_sum needs the parallel reduction (fp32par), tiles below 32 rows "
-                        f"(tile_m={self.tile_m}), no run-time hand-out, "
+                        f"(tile_m={self.tile_m}), no producer warpgroup and no run-time hand-out, "
                         f"and not early_bottom (it includes the early bottom): it replaces the "
                         f"last arriver's sum")
         if self.early_bottom and not self.early_bottom_fits:
             errs.append(f"early_bottom needs FP32 partials (fp32 or fp32par), tiles below 32 "
-                        f"rows (tile_m={self.tile_m}) and no run-time hand-out: the other "
-                        f"reductions never publish a partial mid-stripe")
+                        f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
+                        f"hand-out: the other reductions never publish a partial mid-stripe "
+                        f"with a fence")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
