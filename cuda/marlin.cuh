@@ -1888,12 +1888,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #if MARLIN_EARLY_RUNTIME
     if (early_off) return false;
 #endif
-    if constexpr (EARLY_DEFER) {
-      // (measurement, entry 77) only where the bottom's share of the column is at most half
-      // its stripe: a bottom that spends most of its stripe there publishes about when the
-      // others end, and the summing CTA waits for its words.
-      if (2 * ((col + 1) * k_tiles - bottom * iters) > iters) return false;
-    }
     return !bottom_ends_column(col * k_tiles, bottom);
   }
   // A slot of never-zero words in the locks workspace: the early bottom's of column `index`
