@@ -86,9 +86,7 @@
 // takes it too: its bottom writes the slot and leaves, the chain's second CTA adds those
 // words, and every later turn moves down by one (entry 70: +0.2..+1.1 %). The config variant
 // early_bottom (suffix _eb, template argument EARLY) is this switch for one instance; the
-// H200 table uses it on six M <= 8 entries (entry 70). The switch leaves the producer builds
-// alone; the variant also takes them (entry 77: there the count-in stops the compute warps for
-// the atomic's round trip, with no copies in flight to fence).
+// H200 table uses it on six M <= 8 entries (entry 70).
 #ifndef MARLIN_PAR_EARLY_BOTTOM
 #define MARLIN_PAR_EARLY_BOTTOM 0
 #endif
@@ -729,11 +727,6 @@ __device__ __forceinline__ void st_release_gpu(int* p, int v) {
 }
 
 // Returns the old value; acquire and release at GPU scope (PTX ISA, atom: .sem = .acq_rel).
-// GPU-scope acquire-release fence (the deferred count-in's acquire, EARLY_DEFER).
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-}
-
 __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
@@ -915,13 +908,6 @@ __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
 // SASS of instances that never touch it (the others then compile as without the switch).
 template <bool ON> struct DescBase {};
 template <> struct DescBase<true> { uint32_t a_desc_lo; };
-// (EARLY_DEFER) the last arriver's sum of a column with an early bottom, left for after the main
-// loop; a member only of the producer builds with the early bottom (as DescBase).
-template <bool ON> struct DeferBase {};
-template <> struct DeferBase<true> {
-  bool defer_sum = false;
-  int pend = -1;   // (thread 0) the early bottom's count-in, its old value: read after the loop
-};
 // DYN_Q > 0 (config `dyn_chunk`, name _q<DYN_Q>): the units are handed out at run time, in
 // chunks of DYN_Q units (the last may be shorter) with fixed boundaries: chunk c is units
 // [c * DYN_Q, (c + 1) * DYN_Q). CTA b takes chunk b first; thread 0 draws every later one from
@@ -954,21 +940,16 @@ template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
           bool EARLY = false, bool TOP_SUM = false>
-struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
-                DeferBase<(PRODUCER && EARLY && PAR_REDUCE && FP32_REDUCE && DYN_Q == 0 &&
-                           16 * M_BLOCKS < 32)> {
+struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
-  // With a producer warpgroup (NOTES.md entry 77) the compute warps have no copies in flight
-  // for a release to wait on, but the bottom's count-in still stops them for the fence and the
-  // atomic's round trip mid-stripe; the early bottom's words need neither (EARLY_DEFER below).
-  static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && DYN_Q == 0),
-                "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows and no "
-                "run-time hand-out");
+  static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER &&
+                           DYN_Q == 0),
+                "EARLY (the early bottom) needs FP32 partials, tiles below 32 rows, no producer "
+                "warpgroup and no run-time hand-out");
   // TOP_SUM (config suffix _ts; NOTES.md entry 73): every CTA of a split column but its top
   // publishes its partial as never-zero words (the early bottom's form) with no count-in and no
   // fence; the top sums them (top_sum). It includes the early bottom, so not with EARLY.
-  // Not with a producer: entry 77 measured it 14 % slower at M = 16 (the top's waits).
   static_assert(!TOP_SUM || (PAR_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER && DYN_Q == 0 &&
                              !EARLY),
                 "TOP_SUM (the column's top sums) needs the parallel reduction, tiles below 32 "
@@ -1879,15 +1860,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // workspace past the counters and the timeline probe's stamps (17 ints per CTA), the
   // scratch layout of store_scratch. ops._plan sizes the workspace for it.
   static constexpr bool EARLY_ANY =
-      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && FP32_REDUCE && !DYN && (EARLY || !WS) &&
-      TILE_M < 32;   // the switch keeps its old reach: the producer builds only as EARLY
+      (MARLIN_PAR_EARLY_BOTTOM || EARLY) && FP32_REDUCE && !DYN && !WS && TILE_M < 32;
   static constexpr bool EARLY_BOTTOM = EARLY_ANY && PAR_REDUCE;
-  // With a producer (NOTES.md entry 77) the summing CTA's wait for the early bottom's words, a
-  // spin loop, would sit in the main loop's body, and ptxas then keeps the wgmma descriptors
-  // out of the uniform registers (24-56 R2UR per unit). The CTA that sums such a column reaches
-  // it at its stripe's end (the bottom, the only sharer that goes on past it, does not count
-  // in), so the sum waits for the end of the main loop instead (defer_sum).
-  static constexpr bool EARLY_DEFER = EARLY_BOTTOM && WS;
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
   static constexpr bool EARLY_SERIAL = EARLY_ANY && !PAR_REDUCE;
@@ -2337,13 +2311,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 
   // The last arriver of a column: every partial from scratch, added from +0 in the order
   // bottom..top, then C; the counter is re-armed. `acc` is only a register workspace here.
-  // EARLY_PATH false: a column without an early bottom (EARLY_DEFER's calls in the loop).
-  template <bool EARLY_PATH = true, typename Acc>
+  template <typename Acc>
   __device__ __forceinline__ void sum_column(Acc& acc, int slab, int n_tile, int top, int bottom) {
     constexpr int NF = sizeof(Acc) / sizeof(FragC);
     FragC* frags = reinterpret_cast<FragC*>(&acc);
     const int col = n_tile * parallel + slab;
-    const bool early = EARLY_PATH && EARLY_BOTTOM && early_bottom(col, bottom);
+    const bool early = EARLY_BOTTOM && early_bottom(col, bottom);
     if (kw == 0) {
 #if MARLIN_EARLY_SUM_LOOP
       // One copy of the sum, the early bottom's words first (its place in the order bottom..
@@ -2628,12 +2601,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       early = early_bottom(col, bottom);
       if (early && static_cast<int>(blockIdx.x) == bottom) {
         if (kw == 0) store_early<NF>(frags, col);
-        // EARLY_DEFER: the bottom counts in too, with neither a fence nor a wait (its words
-        // need no release: the summing CTA reads them until none is 0); whether it was the
-        // last to arrive is read after the main loop (sum_deferred), where it then sums.
-        if constexpr (EARLY_DEFER) {
-          if (tid == 0) this->pend = atomicAdd(locks + top, 1);
-        }
         return;
       }
     }
@@ -2648,41 +2615,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if (tid == 0)
       last = (MARLIN_NO_RELEASE ? atomicAdd(locks + top, 1)
                                 : atom_add_acq_rel_gpu(locks + top, 1)) ==
-             bottom - top - (early && !EARLY_DEFER ? 1 : 0);   // the early bottom does not
-                                                               // count in (but EARLY_DEFER's)
+             bottom - top - (early ? 1 : 0);   // the early bottom does not count in
     const bool sums = cta_sync_or(last);
     stamp_if_last(7);
-    if constexpr (EARLY_DEFER) {
-      if (sums && early) this->defer_sum = true;   // after the main loop (sum_deferred)
-      else if (sums) sum_column<false>(acc, slab, n_tile, top, bottom);
-    } else {
-      if (sums) sum_column(acc, slab, n_tile, top, bottom);
-    }
+    if (sums) sum_column(acc, slab, n_tile, top, bottom);
     stamp_if_last(8);
-  }
-
-  // EARLY_DEFER: the sum that finish_split_column left for after the main loop, of the stripe's
-  // last column (`acc` is free again: only a register workspace here).
-  template <typename Acc>
-  __device__ __forceinline__ void sum_deferred(Acc& acc) {
-    if constexpr (EARLY_DEFER) {
-      // The stripe's first column, if this CTA is its early bottom and counted in last.
-      {
-        const Cursor c = cursor_at(unit_start);
-        const int first = (c.n_tile * parallel + c.slab) * k_tiles;
-        const int top = first / iters;
-        const bool mine = tid == 0 && this->pend >= 0 &&
-                          this->pend == static_cast<int>(blockIdx.x) - top;
-        if (mine) fence_acq_rel_gpu();   // the others' partials, released at their count-in
-        if (cta_sync_or(mine))
-          sum_column<true>(acc, c.slab, c.n_tile, top, static_cast<int>(blockIdx.x));
-      }
-      if (this->defer_sum) {
-        const Cursor c = cursor_at(unit_end - 1);
-        const int first = (c.n_tile * parallel + c.slab) * k_tiles;
-        sum_column<true>(acc, c.slab, c.n_tile, first / iters, (first + k_tiles - 1) / iters);
-      }
-    }
   }
 
   // The CTAs sharing a column add their partial sums one after another, the one that owns
@@ -2998,8 +2935,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       stage = next;
     }
     if constexpr (!WS) cp_async_wait<0>();
-    if constexpr (SWAP > 0) sum_deferred(acc_t);
-    else sum_deferred(acc);
     if constexpr (COOP) coop_finish<(SWAP > 0 ? WARP_TILES * SW : WM * 8)>();
   }
 
@@ -3163,7 +3098,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if constexpr (EPI_TAIL) {
       if (tail) staged_tail(acc);
     }
-    sum_deferred(acc);
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 

@@ -84,7 +84,7 @@ class KernelConfig:
     #: column sums are the parallel reduction's, in chunk order: reproducible bits. At least
     #: ``stages`` (the prologue stays in the first chunk). Name: _q<dyn_chunk>.
     dyn_chunk: int = 0
-    #: (fp32_reduce, tiles below 32 rows, no run-time hand-out) the early bottom
+    #: (fp32_reduce, tiles below 32 rows, no producer or run-time hand-out) the early bottom
     #: (MARLIN_PAR_EARLY_BOTTOM for this instance; benchmarks/NOTES.md entries 68-69): the CTA
     #: holding the bottom of a split column that ends inside its stripe writes its partial
     #: into the column's slot of the workspace without a count-in or a fence, and goes on
@@ -125,11 +125,11 @@ class KernelConfig:
 
     @property
     def early_bottom_fits(self) -> bool:
-        """Whether this instance's reduction can take the early bottom (the kernel's EARLY):
-        FP32 partials, tiles below 32 rows, static stripes; with or without a producer
-        (NOTES.md entry 77; the column's top summing only without). ops sizes the early slots
-        of the workspace for these."""
-        return self.fp32_reduce and self.tile_m < 32 and not self.dyn_chunk
+        """Whether this instance's reduction can take the early bottom (the kernel's EARLY_ANY
+        without the switch): FP32 partials, tiles below 32 rows, no producer, static stripes.
+        ops sizes the early slots of the workspace for these."""
+        return (self.fp32_reduce and self.tile_m < 32 and not self.producer
+                and not self.dyn_chunk)
 
     def chunks(self, units: int) -> int:
         """(dyn_chunk) Chunks of a launch with ``units`` units; each has a column counter and
@@ -309,15 +309,16 @@ class KernelConfig:
                         f"the mma.sync loop without wgmma or a producer, and at least "
                         f"stages={self.stages} units per chunk")
         if self.top_sum and not (self.parallel_reduce and self.early_bottom_fits
-                                 and not self.early_bottom and not self.producer):
+                                 and not self.early_bottom):
             errs.append(f"top_sum needs the parallel reduction (fp32par), tiles below 32 rows "
-                        f"(tile_m={self.tile_m}), no producer warpgroup, no run-time hand-out, "
+                        f"(tile_m={self.tile_m}), no producer warpgroup and no run-time hand-out, "
                         f"and not early_bottom (it includes the early bottom): it replaces the "
                         f"last arriver's sum")
         if self.early_bottom and not self.early_bottom_fits:
             errs.append(f"early_bottom needs FP32 partials (fp32 or fp32par), tiles below 32 "
-                        f"rows (tile_m={self.tile_m}) and no run-time hand-out: the other "
-                        f"reductions never publish a partial mid-stripe")
+                        f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
+                        f"hand-out: the other reductions never publish a partial mid-stripe "
+                        f"with a fence")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -439,15 +440,13 @@ DYN_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
 
 #: The early bottom (``early_bottom``, NOTES.md entries 68-69), one per path: the parallel
 #: reduction's last arriver with swapped and row-major tiles, wgmma without a producer, two
-#: CTAs per SM; the serial chain with swapped and row-major tiles, per-channel scales; and
-#: with a producer warpgroup (entry 77: the sum after the main loop), parallel and serial. CI
+#: CTAs per SM; the serial chain with swapped and row-major tiles, per-channel scales. CI
 #: compiles them; the GPU tests compare each bitwise with its twin without it, on many grids.
 EARLY_BOTTOM_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m1_n16_k8_s4_g8_fp32par_sw1_eb", "t256_m1_n8_k16_s3_g8_fp32par_eb",
     "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_eb_b2", "t256_m1_n16_k8_s3_g8_fp32par_sw1_eb_b2",
     "t256_m1_n16_k16_s4_g8_fp32_sw1_eb", "t256_m1_n8_k16_s3_g8_fp32_eb",
-    "t256_m1_n8_k16_s4_gc_fp32_sw2_eb", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_eb_b2",
-    "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws_eb"))
+    "t256_m1_n8_k16_s4_gc_fp32_sw2_eb"))
 
 #: The column's top summing (``top_sum``, NOTES.md entry 73), one per path of the last
 #: arriver's sum it replaces: swapped tiles of one and two 8-row blocks, row-major tiles of 16

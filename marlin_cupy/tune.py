@@ -342,15 +342,11 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
     if early_bottom:
         # Each candidate that can take it again with the early bottom (NOTES.md entry 69): its
         # builds schedule the main loop differently, so which is faster is the layer's.
-        # Not of the producer configs: valid since NOTES.md entry 77, where their builds took
-        # uniform-register moves into the wgmma loop's K steps.
-        out += [e for e in (c.with_(early_bottom=True) for c in out if not c.producer)
-                if not e.problems()]
+        out += [e for e in (c.with_(early_bottom=True) for c in out) if not e.problems()]
     if top_sum:
         # Each parallel-reduction candidate that can take it again with the column's top
         # summing (NOTES.md entry 73; it includes the early bottom, so not of the _eb twins).
-        out += [t for t in (c.with_(top_sum=True) for c in out
-                            if not c.early_bottom and not c.producer)
+        out += [t for t in (c.with_(top_sum=True) for c in out if not c.early_bottom)
                 if not t.problems()]
     return out
 
@@ -378,9 +374,9 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
     for c in best:
         plain = c.with_(early_bottom=False, top_sum=False)
         twins = [plain, c]
-        if early_bottom and not plain.producer:   # (see candidates)
+        if early_bottom:
             twins.append(plain.with_(early_bottom=True))
-        if top_sum and not plain.producer:
+        if top_sum:
             # The serial chain's config has no top summing of its own: its twin is the
             # parallel reduction's form with it (the one layer at M <= 8 still on the chain,
             # 8192x57344, had never measured one; NOTES.md entry 74).

@@ -30,14 +30,13 @@ INVALID = {
     "dyn_wgmma": KernelConfig(thread_m_blocks=2, thread_k_blocks=8, swap_ab=4, wgmma=True,
                               parallel_reduce=True, dyn_chunk=8),
     "dyn_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, dyn_chunk=8),
-    # the early bottom: FP16 partials in C, 32-row tiles, run-time hand-out (a producer may
-    # take it since NOTES.md entry 77)
+    # the early bottom: FP16 partials in C, 32-row tiles, a producer, run-time hand-out
     "early_fp16": KernelConfig(fp32_reduce=False, early_bottom=True),
     "early_32_rows": KernelConfig(thread_m_blocks=2, early_bottom=True),
+    "early_producer": KernelConfig(swap_ab=1, producer=True, early_bottom=True),
     "early_dyn": KernelConfig(parallel_reduce=True, dyn_chunk=8, early_bottom=True),
-    # the column's top summing: the serial chain, 32-row tiles (the shared sum), a producer
-    # (measured slower, NOTES.md entry 77), run-time hand-out, and with the early bottom
-    # (which it includes)
+    # the column's top summing: the serial chain, 32-row tiles (the shared sum), a producer,
+    # run-time hand-out, and with the early bottom (which it includes)
     "top_serial": KernelConfig(swap_ab=1, top_sum=True),
     "top_32_rows": KernelConfig(thread_m_blocks=2, parallel_reduce=True, top_sum=True),
     "top_producer": KernelConfig(swap_ab=1, parallel_reduce=True, producer=True, top_sum=True),
