@@ -41,6 +41,28 @@ THREADS = (128, 256)
 #: and 16), and 256 KB.
 SIZES = (8 << 10, 16 << 10, 32 << 10, 72 << 10, 144 << 10, 256 << 10)
 
+COMMON = r'''
+// Every read below: a barrier, the start stamp, the read, a barrier once every thread's adds
+// (so every load) are done, the end stamp; thread 0 keeps both, each thread its sum.
+__device__ __forceinline__ unsigned long long start_stamp() {
+  __syncthreads();
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  return t0;
+}
+__device__ __forceinline__ void finish(unsigned long long t0, float4 acc, float* out,
+                                       unsigned long long* t) {
+  __syncthreads();
+  unsigned long long t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
+  if (threadIdx.x == 0) {
+    t[2 * blockIdx.x] = t0;
+    t[2 * blockIdx.x + 1] = t1;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+}
+'''
+
 KERNEL = r'''
 template <int DEPTH>
 __device__ __forceinline__ void l2_read(const float4* __restrict__ src, int n_vec,
@@ -48,9 +70,7 @@ __device__ __forceinline__ void l2_read(const float4* __restrict__ src, int n_ve
                                         unsigned long long* t) {
   const float4* s = src + static_cast<size_t>(blockIdx.x) * n_vec;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  __syncthreads();
-  unsigned long long t0, t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  const unsigned long long t0 = start_stamp();
   for (int b = threadIdx.x; b < n_vec; b += blockDim.x * DEPTH) {
     float4 v[DEPTH];
     // Unconditional loads (an index past the end reads a float4 of zeros instead), then a tree
@@ -74,13 +94,7 @@ __device__ __forceinline__ void l2_read(const float4* __restrict__ src, int n_ve
     acc.z += v[0].z;
     acc.w += v[0].w;
   }
-  __syncthreads();   // every thread's adds, so every load, are done
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
-  if (threadIdx.x == 0) {
-    t[2 * blockIdx.x] = t0;
-    t[2 * blockIdx.x + 1] = t1;
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+  finish(t0, acc, out, t);
 }
 '''
 
@@ -98,9 +112,7 @@ extern "C" __global__ void l2_bulk(const float4* __restrict__ src, int n_vec, fl
   if (threadIdx.x < pieces)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(
                      __cvta_generic_to_shared(&bars[threadIdx.x]))) : "memory");
-  __syncthreads();
-  unsigned long long t0, t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  const unsigned long long t0 = start_stamp();
   if (threadIdx.x == 0) {
     for (int p = 0; p < pieces; p++) {
       const int n = min(PIECE, n_vec - p * PIECE);
@@ -124,13 +136,7 @@ extern "C" __global__ void l2_bulk(const float4* __restrict__ src, int n_vec, fl
       acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
     }
   }
-  __syncthreads();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
-  if (threadIdx.x == 0) {
-    t[2 * blockIdx.x] = t0;
-    t[2 * blockIdx.x + 1] = t1;
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+  finish(t0, acc, out, t);
 }
 '''
 
@@ -147,9 +153,7 @@ __device__ __forceinline__ void l2_ldgsts(const float4* __restrict__ src, int n_
   const float4* s = src + static_cast<size_t>(blockIdx.x) * n_vec;
   const int per_batch = PIECE * blockDim.x;
   const int batches = (n_vec + per_batch - 1) / per_batch;
-  __syncthreads();
-  unsigned long long t0, t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0) :: "memory");
+  const unsigned long long t0 = start_stamp();
   auto issue = [&](int b) {
 #pragma unroll
     for (int d = 0; d < PIECE; d++) {
@@ -177,13 +181,7 @@ __device__ __forceinline__ void l2_ldgsts(const float4* __restrict__ src, int n_
       acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
     }
   }
-  __syncthreads();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) :: "memory");
-  if (threadIdx.x == 0) {
-    t[2 * blockIdx.x] = t0;
-    t[2 * blockIdx.x + 1] = t1;
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = acc.x + acc.y + acc.z + acc.w;
+  finish(t0, acc, out, t);
 }
 extern "C" __global__ void l2_ldgsts8(const float4* s, int n, float* o, unsigned long long* t) {
   l2_ldgsts<8>(s, n, o, t);
@@ -203,7 +201,7 @@ def entry(depth: int) -> str:
 
 
 def source(bulk: bool = False) -> str:
-    body = [KERNEL] + ([BULK_KERNEL, LDGSTS_KERNEL] if bulk else [])
+    body = [COMMON, KERNEL] + ([BULK_KERNEL, LDGSTS_KERNEL] if bulk else [])
     for d in DEPTHS:
         body.append(f'extern "C" __global__ void {entry(d)}(const float4* src, int n_vec, '
                     f"const float4* zero, float* out, unsigned long long* t) "
@@ -232,6 +230,26 @@ def main(argv=None) -> int:
     mod = jit.load_module(source(a.bulk), arch_suffix="a" if a.bulk else "")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     rows = []
+
+    def measure(ker, ctas, threads, args, smem=0):
+        """Median over --reps launches (after one warm-up) of the slowest CTA's read, in ns."""
+        if smem:
+            ker.max_dynamic_shared_size_bytes = smem
+        times = []
+        for r in range(a.reps + 1):
+            buf.fill(1.0)   # written by every SM: in the L2, as the partials are
+            ker((ctas,), (threads,), args, shared_mem=smem)
+            cp.cuda.Device().synchronize()
+            if r:           # the first is a warm-up
+                times.append(slowest_ns(cp.asnumpy(t)))
+        return float(np.median(times))
+
+    def keep(ns, what, **fields):
+        rows.append({"ctas": ctas, "bytes_per_cta": size, "threads": threads, **fields,
+                     "median_ns": ns, "gbps_per_cta": size / ns})
+        print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, {what}: {ns:.0f} ns, "
+              f"{size / ns:.0f} GB/s per CTA", flush=True)
+
     for ctas in (1, sms):
         for size in SIZES:
             n_vec = size // 16
@@ -241,58 +259,20 @@ def main(argv=None) -> int:
             for threads in THREADS + ((512, 1024) if a.bulk else ()):
                 out = cp.empty(ctas * threads, dtype=cp.float32)
                 for d in DEPTHS:
-                    ker = mod.get_function(entry(d))
-                    times = []
-                    for r in range(a.reps + 1):
-                        buf.fill(1.0)   # written by every SM: in the L2, as the partials are
-                        ker((ctas,), (threads,), (buf, np.int32(n_vec), zero, out, t))
-                        cp.cuda.Device().synchronize()
-                        if r:           # the first is a warm-up
-                            times.append(slowest_ns(cp.asnumpy(t)))
-                    ns = float(np.median(times))
-                    row = {"ctas": ctas, "bytes_per_cta": size, "threads": threads, "depth": d,
-                           "median_ns": ns, "gbps_per_cta": size / ns}
-                    rows.append(row)
-                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, {d} in "
-                          f"flight: {ns:.0f} ns, {row['gbps_per_cta']:.0f} GB/s per CTA",
-                          flush=True)
+                    ns = measure(mod.get_function(entry(d)), ctas, threads,
+                                 (buf, np.int32(n_vec), zero, out, t))
+                    keep(ns, f"{d} in flight", depth=d)
                 if a.bulk and threads <= 256 and size <= (144 << 10):
-                    ker = mod.get_function("l2_bulk")
-                    ker.max_dynamic_shared_size_bytes = size
-                    times = []
-                    for r in range(a.reps + 1):
-                        buf.fill(1.0)
-                        ker((ctas,), (threads,), (buf, np.int32(n_vec), out, t),
-                            shared_mem=size)
-                        cp.cuda.Device().synchronize()
-                        if r:
-                            times.append(slowest_ns(cp.asnumpy(t)))
-                    ns = float(np.median(times))
-                    rows.append({"ctas": ctas, "bytes_per_cta": size, "threads": threads,
-                                 "depth": 0, "bulk": True, "median_ns": ns,
-                                 "gbps_per_cta": size / ns})
-                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, bulk "
-                          f"copies: {ns:.0f} ns, {size / ns:.0f} GB/s per CTA", flush=True)
+                    ns = measure(mod.get_function("l2_bulk"), ctas, threads,
+                                 (buf, np.int32(n_vec), out, t), smem=size)
+                    keep(ns, "bulk copies", depth=0, bulk=True)
                 for piece in (LDGSTS_PIECES if a.bulk and threads <= 256 else ()):
                     smem = 2 * piece * threads * 16
                     if smem > 200 << 10:
                         continue
-                    ker = mod.get_function(f"l2_ldgsts{piece}")
-                    ker.max_dynamic_shared_size_bytes = smem
-                    times = []
-                    for r in range(a.reps + 1):
-                        buf.fill(1.0)
-                        ker((ctas,), (threads,), (buf, np.int32(n_vec), out, t), shared_mem=smem)
-                        cp.cuda.Device().synchronize()
-                        if r:
-                            times.append(slowest_ns(cp.asnumpy(t)))
-                    ns = float(np.median(times))
-                    rows.append({"ctas": ctas, "bytes_per_cta": size, "threads": threads,
-                                 "depth": piece, "ldgsts": True, "median_ns": ns,
-                                 "gbps_per_cta": size / ns})
-                    print(f"{ctas} CTA(s), {size >> 10} KB each, {threads} threads, cp.async "
-                          f"{piece} x 2 in flight: {ns:.0f} ns, {size / ns:.0f} GB/s per CTA",
-                          flush=True)
+                    ns = measure(mod.get_function(f"l2_ldgsts{piece}"), ctas, threads,
+                                 (buf, np.int32(n_vec), out, t), smem=smem)
+                    keep(ns, f"cp.async {piece} x 2 in flight", depth=piece, ldgsts=True)
     with open(a.out, "w") as f:
         json.dump({"kind": "l2_read_probe", "environment": environment(), "sms": sms,
                    "rows": rows}, f, indent=1)
