@@ -559,3 +559,31 @@ def test_cluster_fit_pairs_deal_whole_columns_and_halve_k():
     twins = cf.narrower(cfg, 4096)
     assert [c.tile_n for c in twins] == [64]
     assert cf.pairs(twins[0], 1, 4096, 4096, 132)["eff"] == 1024 / (132 * 8)
+
+
+def test_ceiling_table_takes_the_larger_floor_per_layer_and_reads_targets():
+    """Each layer's floor is the larger of its read and tensor times, summed per set and M;
+    the target of M = 1..16 is the issue's first column; ours sums both providers' times."""
+    mod = _load("ceiling_table")
+    rate = {"rows": [{"tflops": 500.0}, {"tflops": 1000.0}]}
+    assert mod.peak_tflops(rate) == 1000.0
+    # 2 * 64 * 4096 * 4096 FLOP at 1000 TFLOP/s: 2.147 µs; the read takes 3 (M = 1: it wins)
+    read = {"rows": [{"set": "llama2-7b", "k": 4096, "n": 4096, "read_us": 3.0,
+                      "fp16_us_m1": 12.0, "fp16_us_m64": 14.0},
+                     {"set": "llama2-7b", "k": 4096, "n": 8192, "read_us": 1.0,
+                      "fp16_us_m1": 6.0, "fp16_us_m64": 8.0}]}
+    c = mod.ceilings(read, 1000.0)
+    t64 = 2 * 64 * 4096 * 4096 / 1e9
+    assert c[("llama2-7b", 1)][3] == pytest.approx(4.0, rel=1e-3)
+    assert c[("llama2-7b", 64)][3] == pytest.approx(3.0 + 2 * t64)
+    assert mod.target("llama2-7b", 8) == 3.0 and mod.target("llama2-70b", 32) == 3.0
+    assert mod.target("llama2-7b", 256) is None and mod.target("ideal", 1) is None
+    bench = {"rows": [
+        {"provider": "marlin", "set": "llama2-7b", "m": 1, "median_us": 4.0, "baseline_us": 12.0},
+        {"provider": "marlin", "set": "llama2-7b", "m": 1, "median_us": 2.0, "baseline_us": 6.0},
+        {"provider": "marlin", "set": "llama2-7b", "m": 64, "median_us": None, "baseline_us": 9.0},
+        {"provider": "fp16", "set": "llama2-7b", "m": 1, "median_us": 1.0, "baseline_us": 1.0}]}
+    assert mod.ours(bench) == {("llama2-7b", 1): pytest.approx(3.0)}
+    text = mod.table(read, rate, bench)
+    assert "| llama2-7b | 1 | 18.0 | 4.0 | 0.1 | 4.50x | 3.0x | 67 % | 3.00x | 67 % |" in text
+    assert text.endswith("| 3.02x | 1.6x | 53 % | - | - |")   # M = 64: a failed row, no sum
