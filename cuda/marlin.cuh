@@ -43,6 +43,9 @@
 // through integer ops, 5 and 6 keep the value behind a comparison that never passes.
 //  10  timeline as 4 on 1's loop (no shared->register reads, no math): where in a launch the
 //      math's time falls (timeline_probe --stream-only; entry 74)
+//  11  no group fold in the wgmma loop (WG_DEFER): a group's first step neither waits for the
+//      pending groups nor adds the previous group's sums into the output accumulators (the
+//      column's last group still does): what the drain and its FFMAs cost (entry 78)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -3019,7 +3022,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               // a column end, which folded already; the stripe's first unit has none).
               // Its slot is intact: the previous unit's is released and refilled later in
               // this unit (at step 1 or its last step).
-              if (sub > 0 || (unit > unit_start && compute.kt != 0)) {
+              if (MARLIN_PROBE != 11 && (sub > 0 || (unit > unit_start && compute.kt != 0))) {
                 const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
                 wgmma_wait<0>();
                 add_scaled(acc, part, sc);
