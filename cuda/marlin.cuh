@@ -46,6 +46,7 @@
 //  11  no group fold in the wgmma loop (WG_DEFER): a group's first step neither waits for the
 //      pending groups nor adds the previous group's sums into the output accumulators (the
 //      column's last group still does): what the drain and its FFMAs cost (entry 78)
+//  12  as 11, but with the wait: what the drain alone costs (entry 78)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -3025,7 +3026,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               if (MARLIN_PROBE != 11 && (sub > 0 || (unit > unit_start && compute.kt != 0))) {
                 const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
                 wgmma_wait<0>();
-                add_scaled(acc, part, sc);
+                if constexpr (MARLIN_PROBE != 12) add_scaled(acc, part, sc);
               }
               issue_wgmma<false>(w, a_desc(stage, sub), part);
             } else {
