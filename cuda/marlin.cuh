@@ -47,6 +47,8 @@
 //      pending groups nor adds the previous group's sums into the output accumulators (the
 //      column's last group still does): what the drain and its FFMAs cost (entry 78)
 //  12  as 11, but with the wait: what the drain alone costs (entry 78)
+//  13  as 11, plus as many FMULs on the output accumulators as the fold has FFMAs, spread over
+//      the group's steps: what a fold off the group's first step could cost (entry 78)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -2971,6 +2973,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // it is folded (a flag and a copy of the scale words in registers made some instances
     // spill under NVRTC 12.9).
     FragC part[WG_DEFER ? WARP_TILES : 1][WG_DEFER ? SW : 1];
+    float probe_s = 1.f;   // (MARLIN_PROBE 13)
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -3023,7 +3026,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               // a column end, which folded already; the stripe's first unit has none).
               // Its slot is intact: the previous unit's is released and refilled later in
               // this unit (at step 1 or its last step).
-              if (MARLIN_PROBE != 11 && (sub > 0 || (unit > unit_start && compute.kt != 0))) {
+              if constexpr (MARLIN_PROBE == 13) {
+                const Words ws = scales_at(stage, sub);
+                probe_s = __low2float(*reinterpret_cast<const half2*>(&ws));
+              }
+              if (MARLIN_PROBE != 11 && MARLIN_PROBE != 13 &&
+                  (sub > 0 || (unit > unit_start && compute.kt != 0))) {
                 const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
                 wgmma_wait<0>();
                 if constexpr (MARLIN_PROBE != 12) add_scaled(acc, part, sc);
@@ -3031,6 +3039,17 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               issue_wgmma<false>(w, a_desc(stage, sub), part);
             } else {
               issue_wgmma(w, a_desc(stage, sub), part);
+            }
+            if constexpr (MARLIN_PROBE == 13) {
+              // A fold's FFMA count spread over the group's steps (an FMUL of acc, which no
+              // wgmma writes), without its wait.
+              constexpr int E = WARP_TILES * SW * 4;
+              constexpr int PER = (E + SUBS_PER_GROUP - 1) / SUBS_PER_GROUP;
+              float* af = reinterpret_cast<float*>(&acc[0][0]);
+              const int g = sub % SUBS_PER_GROUP;
+#pragma unroll
+              for (int i = 0; i < PER; i++)
+                if (g * PER + i < E) af[g * PER + i] *= probe_s;
             }
           }
         };
