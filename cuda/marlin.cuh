@@ -2973,7 +2973,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     // it is folded (a flag and a copy of the scale words in registers made some instances
     // spill under NVRTC 12.9).
     FragC part[WG_DEFER ? WARP_TILES : 1][WG_DEFER ? SW : 1];
-    float probe_s = 1.f;   // (MARLIN_PROBE 13)
+#if MARLIN_PROBE == 13
+    float probe_s = 1.f;
+#endif
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
     int stage = 0;
@@ -3026,10 +3028,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               // a column end, which folded already; the stripe's first unit has none).
               // Its slot is intact: the previous unit's is released and refilled later in
               // this unit (at step 1 or its last step).
-              if constexpr (MARLIN_PROBE == 13) {
+#if MARLIN_PROBE == 13
+              {
                 const Words ws = scales_at(stage, sub);
                 probe_s = __low2float(*reinterpret_cast<const half2*>(&ws));
               }
+#endif
               if (MARLIN_PROBE != 11 && MARLIN_PROBE != 13 &&
                   (sub > 0 || (unit > unit_start && compute.kt != 0))) {
                 const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
@@ -3040,7 +3044,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
             } else {
               issue_wgmma(w, a_desc(stage, sub), part);
             }
-            if constexpr (MARLIN_PROBE == 13) {
+#if MARLIN_PROBE == 13
+            {
               // A fold's FFMA count spread over the group's steps (an FMUL of acc, which no
               // wgmma writes), without its wait.
               constexpr int E = WARP_TILES * SW * 4;
@@ -3051,6 +3056,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
               for (int i = 0; i < PER; i++)
                 if (g * PER + i < E) af[g * PER + i] *= probe_s;
             }
+#endif
           }
         };
         if constexpr (WG_RING3) {
