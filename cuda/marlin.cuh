@@ -76,17 +76,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// (NOTES.md entry 79; measured, not the default) 1: in the staged shared sum (MARLIN_PAR_COOP
-// on the swapped wgmma tiles, coop_sum_staged), each partial is published by its own flag
-// (a release store into the locks workspace, past the timeline probe's stamps) instead of a
-// count-in at the column's counter, and a waiter starts summing as soon as its stripe ends:
-// it adds the partials in the order bottom..top as far as their flags say they are in, and
-// waits only at the first one that is not (the same adds in the same order: the same bits).
-// The counter then counts the waiters out only; the last one clears the column's flags.
-#ifndef MARLIN_COOP_FLAGS
-#define MARLIN_COOP_FLAGS 0
-#endif
-
 // (NOTES.md entries 68-69; measured, not the default) 1: on the last arriver's path (parallel
 // reduction, tiles below 32 rows, no producer warpgroup), a split column's bottom CTA, which
 // reaches the column's end early in its stripe and goes on streaming, neither counts in nor
@@ -784,16 +773,6 @@ __device__ __forceinline__ uint4 ld_relaxed_gpu_v4_fresh(const uint4* p) {
 // canonical 0x7fffffff (so no word written is 0xffffffff inverted).
 __device__ __forceinline__ unsigned early_word(float x) {
   return ~(x != x ? 0x7fffffffu : __float_as_uint(x));
-}
-
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }
 
 // No value comes back, so the issuing thread does not wait for the memory system.
@@ -2416,8 +2395,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
        : MARLIN_PAR_COOP == 3 ? TILE_M >= 48
                               : false);
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
-  // MARLIN_COOP_FLAGS: the staged shared sum with a flag per partial (coop_sum_staged).
-  static constexpr bool COOP_FLAGS = MARLIN_COOP_FLAGS && COOP && EPI_STAGE;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
   static_assert(!DYN ||
@@ -2515,28 +2492,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int4* strip = sh_a + warp * (16 * EPI_CPR);
     const int ln = opaque_lane();
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
-    // COOP_FLAGS: every warp takes part in every round (the same trip counts: the barriers
-    // after thread 0's waits), and a warp with no unit left in a round only waits along.
-    // known: thread 0's count of partials, in the order bottom..top, seen published.
-    constexpr int WARPS = THREADS / 32;
-    const int rounds = COOP_FLAGS ? (u_end - u_begin + WARPS - 1) / WARPS : 0;
-    int known = 0;
-    for (int u = u_begin + warp, round = 0; COOP_FLAGS ? round < rounds : u < u_end;
-         u += WARPS, round++) {
-      const bool mine = !COOP_FLAGS || u < u_end;
+    for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
       const float4* base = scratch + w * RED_WARP + lane;
       FragC sum[WARP_TILES][2];
       zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
-        if constexpr (COOP_FLAGS) {
-          const int need = min(bottom - c0 + AHEAD, bottom - top + 1);
-          // (MARLIN_COOP_FLAGS 2, a measurement: every flag before the first add.)
-          if (tid == 0 && known < need)
-            known = coop_await(bottom, top, MARLIN_COOP_FLAGS == 2 ? bottom - top + 1 : need);
-          cta_sync();
-          if (!mine) continue;
-        }
         float4 v[AHEAD][WARP_TILES][2];
 #pragma unroll
         for (int a = 0; a < AHEAD; a++)
@@ -2560,44 +2521,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                 sum[j][hh][3] += v[a][j][hh].w;
               }
       }
-      if (!mine) continue;
 #pragma unroll
       for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, ln, sum[j][0], sum[j][1]);
       __syncwarp();
       write_strip<16>(strip, slab * TILE_M + 16 * p, c + w * WARP_COLS);
       __syncwarp();   // the strip is read before the next unit writes it
     }
-  }
-
-  // COOP_FLAGS: the flag of partial slot `slot`, past the counters and the timeline probe's
-  // 16 ints per CTA (ops._plan sizes the workspace for it); 0 between launches.
-  __device__ __forceinline__ int* coop_flag(int slot) const {
-    return locks + 17 * static_cast<int>(gridDim.x) + slot;
-  }
-  // Thread 0: waits until the first `need` partials of the order bottom..top are published,
-  // and returns how many, from the first, it saw published (at least `need`). Each pass reads
-  // every flag not yet seen at once (relaxed: one round trip), then one fence makes the
-  // partials whose flags it saw visible to this thread (an acquire pattern: strong reads, then
-  // fence.acq_rel), and the caller's barrier to the CTA.
-  __device__ __forceinline__ int coop_await(int bottom, int top, int need) {
-    constexpr int MAXF = 16;   // flags read per pass (a column shared by more takes more passes)
-    int seen = 0;
-    const int total = bottom - top + 1;
-    while (true) {
-      int f[MAXF];
-#pragma unroll
-      for (int i = 0; i < MAXF; i++)
-        if (seen + i < total)
-          f[i] = ld_relaxed_gpu(coop_flag(partial_slot(bottom - seen - i, top)));
-      int more = 0;
-#pragma unroll
-      for (int i = 0; i < MAXF; i++)
-        if (seen + i < total && more == i && f[i] != 0) more = i + 1;
-      seen += more;
-      if (seen >= need && (more < MAXF || seen == total)) break;
-    }
-    fence_acq_rel_gpu();
-    return seen;
   }
 
   // Does the stripe of the CTA holding the bottom of the column starting at unit `first` end
@@ -2617,12 +2546,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if (top == bottom) return;
     const int count = bottom - top + 1;
     const int waiters = bottom - top + (bottom_ends_column(first, bottom) ? 1 : 0);
-    if (tid == 0 && !COOP_FLAGS) {
+    if (tid == 0) {
       while (ld_acquire_gpu(locks + top) < count) {
       }
     }
     cta_sync();
-    stamp(7);   // (COOP_FLAGS: at once; the sum waits for each partial's flag)
+    stamp(7);
     // After the main loop and this barrier the stages are idle: the staged sum may use them.
     if constexpr (EPI_STAGE)
       coop_sum_staged<NF>(col % parallel, col / parallel, top, bottom,
@@ -2632,20 +2561,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
                    static_cast<int>(blockIdx.x) - top, waiters);
     cta_sync();
     stamp(8);
-    if constexpr (COOP_FLAGS) {
-      // The waiters count out; the last clears the column's flags (every waiter read them
-      // before it counted out) and re-arms the counter.
-      if (tid == 0 && (MARLIN_COOP_REARM_RELAXED ? atomicAdd(locks + top, 1)
-                                                 : atom_add_acq_rel_gpu(locks + top, 1)) ==
-                          waiters - 1) {
-        for (int c = top; c <= bottom; c++) *coop_flag(partial_slot(c, top)) = 0;
-        locks[top] = 0;
-      }
-    } else if (tid == 0 && (MARLIN_COOP_REARM_RELAXED ? atomicAdd(locks + top, 1)
-                                                      : atom_add_acq_rel_gpu(locks + top, 1)) ==
-                               count + waiters - 1) {
+    if (tid == 0 && (MARLIN_COOP_REARM_RELAXED ? atomicAdd(locks + top, 1)
+                                               : atom_add_acq_rel_gpu(locks + top, 1)) ==
+                        count + waiters - 1)
       locks[top] = 0;
-    }
   }
 
   // Publication of a partial (NOTES.md entries 22-23): a barrier, then one GPU-scope release
@@ -2694,10 +2613,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
-      if (tid == 0) {
-        if constexpr (COOP_FLAGS) st_release_gpu(coop_flag(partial_slot(stripe_index(), top)), 1);
-        else red_add_release_gpu(locks + top, 1);
-      }
+      if (tid == 0) red_add_release_gpu(locks + top, 1);
       return;
     }
     // The last to arrive, once every other CTA of the column has published, sums alone.

@@ -336,10 +336,6 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         if not cfg.fp32_reduce:
             grid = fp16_reduce_grid(units, k // cfg.tile_k, grid)
         stripes = n_locks = grid
-        if cfg.parallel_reduce:
-            # MARLIN_COOP_FLAGS builds (cuda/marlin.cuh, coop_flag): a flag per partial slot
-            # past the counters and the timeline probe's 16 ints per CTA; zero between calls.
-            n_locks = 19 * grid
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).
     slots = stripes * (2 if cfg.parallel_reduce else 1)

@@ -15,14 +15,6 @@ from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, INSTANTIATE
                                 TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, KernelConfig, tuned_instances,
                                 wide_twin)
 
-#: The staged shared sum with a flag per partial (``MARLIN_COOP_FLAGS``, NOTES.md entry 79, a
-#: build switch): one example per kind of tile it serves: 32, 64 and 128 rows, narrow warps, two
-#: CTAs per SM, no producer, per-channel scales.
-COOP_FLAGS_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
-    "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
-    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_ws_b2", "t256_m8_n8_k8_s4_g8_fp32par_sw16_wg_w16_ws",
-    "t256_m4_n8_k8_s6_g8_fp32par_sw8_wg_w16", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg_w32_ws"))
-
 #: Every config the default dispatch can pick: the instantiated table and the tuned tables.
 DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
 #: ... and the wgmma examples that no table uses (each config is tested once).
@@ -83,8 +75,7 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
     for each weight kind in ``syms`` (True: symmetric, False: zero points), at each M and grid
     (``max_ctas``; ``calls`` calls back to back each, and as many with ``pdl=True`` if asked),
     with the workspace zero again after them if asked; then the error bound (judge).
-    ``build``: cfg runs that compiled kernel (``ops.use_kernel``) instead of its own; a dict
-    ``{has_zp: kernel}`` gives one per weight kind."""
+    ``build``: cfg runs that compiled kernel (``ops.use_kernel``) instead of its own."""
     import contextlib
     from marlin_cupy import ops
     rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + seed)
@@ -95,13 +86,10 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
         mw = mc.pack(qw).to_device()
         for m in ms:
             x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-            ker = build.get(not sym) if isinstance(build, dict) else build
             for max_ctas in grids:
                 want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                with (ops.use_kernel(cfg, ker, has_zp=not sym) if ker
-                      else contextlib.nullcontext()):
-                    assert ker is None or ops.plan(m, n, k, group, not sym,
-                                                   config=cfg).kernel is ker
+                with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
+                    assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
                     got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
                 if pdl:
                     got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
@@ -308,21 +296,6 @@ class TestParallelReduction:
         the same in the same order: the same bits, sym and zero points, on several grids."""
         _skip_unless_runs(cfg, True)
         _same_bits_as_twin(cfg, wide_twin(cfg), 12, (1, min(8, cfg.max_m or 8)), (3, 17, None))
-
-    @pytest.mark.parametrize("cfg", COOP_FLAGS_EXAMPLES, ids=lambda c: c.name)
-    def test_coop_flags_same_bits_and_workspace_zero(self, cfg):
-        """The shared sum with a flag per partial (``MARLIN_COOP_FLAGS 1``, NOTES.md entry
-        79; a build switch, not the default) against the shipped build of the same config:
-        the same bits, sym and zero points, at one and two slabs of the tile's rows (a slab
-        is a column of its own), on grids that share a column among 2 to 40 CTAs (more than the 16 flags
-        a pass reads), three calls back to back, and the workspace zero after them."""
-        from marlin_cupy import ops
-        _skip_unless_runs(cfg, True)
-        prefix = "#define MARLIN_COOP_FLAGS 1\n"
-        build = {zp: ops.build_kernel(cfg, zp, prefix=prefix) for zp in (False, True)}
-        _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m - 1, cfg.tile_m + 5),
-                           (2, 3, 7, 17, 33, 97, None), calls=3, workspace_zero=True,
-                           build=build)
 
     def test_repeated_calls_bitwise_identical_and_locks_rearmed(self):
         from marlin_cupy.ops import workspace
