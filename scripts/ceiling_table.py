@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from marlin_cupy.bench import report  # noqa: E402
 from marlin_cupy.records import read_json  # noqa: E402
 
 #: Issue 5's targets (summed speedup over the fastest FP16 GEMM); M = 1..16 share one.
@@ -75,21 +76,12 @@ def ceilings(read: dict, tflops: float) -> dict:
     return {key: tuple(v) for key, v in out.items()}
 
 
-def ours(bench: dict, provider: str = "marlin") -> dict:
-    """{(set, m): summed speedup} of a benchmark record over the layers where ``provider`` and
-    its baseline both ran; sets with a failed row at that M are left out."""
-    sums, bad = {}, set()
-    for r in bench["rows"]:
-        if r["provider"] != provider:
-            continue
-        key = (r["set"], int(r["m"]))
-        if r.get("median_us") is None or r.get("baseline_us") is None:
-            bad.add(key)
-            continue
-        s = sums.setdefault(key, [0.0, 0.0])
-        s[0] += float(r["baseline_us"])
-        s[1] += float(r["median_us"])
-    return {key: f / t for key, (f, t) in sums.items() if key not in bad and t > 0}
+def ours(bench: dict, label: str = "marlin") -> dict:
+    """{(set, m): summed speedup} of a benchmark record for ``label``, from the record's own
+    summary (``bench.report``'s, recomputed when the record has none); sets that are not
+    complete at that M are left out."""
+    return {(s, m): e["summed_speedup"] for (s, lab, m), e in report._summary(bench).items()
+            if lab == label and report._complete(e) and e.get("summed_speedup")}
 
 
 def table(read: dict, rate: dict, bench: dict) -> str:

@@ -563,7 +563,8 @@ def test_cluster_fit_pairs_deal_whole_columns_and_halve_k():
 
 def test_ceiling_table_takes_the_larger_floor_per_layer_and_reads_targets():
     """Each layer's floor is the larger of its read and tensor times, summed per set and M;
-    the target of M = 1..16 is the issue's first column; ours sums both providers' times."""
+    the target of M = 1..16 is the issue's first column; ours is the record's summed speedup
+    where the set is complete."""
     mod = _load("ceiling_table")
     rate = {"rows": [{"tflops": 500.0}, {"tflops": 1000.0}]}
     assert mod.peak_tflops(rate) == 1000.0
@@ -578,11 +579,11 @@ def test_ceiling_table_takes_the_larger_floor_per_layer_and_reads_targets():
     assert c[("llama2-7b", 64)][3] == pytest.approx(3.0 + 2 * t64)
     assert mod.target("llama2-7b", 8) == 3.0 and mod.target("llama2-70b", 32) == 3.0
     assert mod.target("llama2-7b", 256) is None and mod.target("ideal", 1) is None
-    bench = {"rows": [
-        {"provider": "marlin", "set": "llama2-7b", "m": 1, "median_us": 4.0, "baseline_us": 12.0},
-        {"provider": "marlin", "set": "llama2-7b", "m": 1, "median_us": 2.0, "baseline_us": 6.0},
-        {"provider": "marlin", "set": "llama2-7b", "m": 64, "median_us": None, "baseline_us": 9.0},
-        {"provider": "fp16", "set": "llama2-7b", "m": 1, "median_us": 1.0, "baseline_us": 1.0}]}
+    entry = {"set": "llama2-7b", "label": "marlin", "layers": 4, "layers_in_set": 4}
+    bench = {"rows": [], "summary": [
+        dict(entry, m=1, summed_speedup=3.0),
+        dict(entry, m=64, layers=3, summed_speedup=2.0),              # a layer failed: no sum
+        dict(entry, label="cublas-fp16", m=1, summed_speedup=1.0)]}
     assert mod.ours(bench) == {("llama2-7b", 1): pytest.approx(3.0)}
     text = mod.table(read, rate, bench)
     assert "| llama2-7b | 1 | 18.0 | 4.0 | 0.1 | 4.50x | 3.0x | 67 % | 3.00x | 67 % |" in text
