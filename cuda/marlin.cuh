@@ -49,12 +49,16 @@
 //  12  as 11, but with the wait: what the drain alone costs (entry 78)
 //  13  as 11, plus as many FMULs on the output accumulators as the fold has FFMAs, spread over
 //      the group's steps: what a fold off the group's first step could cost (entry 78)
+//  14  as 1 (stream only), but the activation tile A is copied only in the ring's first round
+//      (each slot's first fill): what streaming A through the ring costs (entry 80)
+//  15  the real loop's math on stale activations: A copied only in the ring's first round, as 14
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
 // The builds that stamp their timeline, and those without the loop's math.
 #define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10)
-#define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10)
+#define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10 || MARLIN_PROBE == 14)
+#define MARLIN_NO_A_REFILL (MARLIN_PROBE == 14 || MARLIN_PROBE == 15)
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum
 // (every CTA that reaches the column at the end of its stripe waits until all partials are
@@ -1288,7 +1292,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   // ---- fetch to shared: the unit at cursor `c` into ring slot `stage`
   __device__ __forceinline__ void fetch_to_shared(const Cursor& c, int stage) {
-    fetch_a(c, stage);
+    if (!MARLIN_NO_A_REFILL || c.unit < unit_start + STAGES) fetch_a(c, stage);
     fetch_weights(c, stage);
   }
 
