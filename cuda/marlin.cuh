@@ -52,6 +52,9 @@
 //  14  as 1 (stream only), but the activation tile A is copied only in the ring's first round
 //      (each slot's first fill): what streaming A through the ring costs (entry 80)
 //  15  the real loop's math on stale activations: A copied only in the ring's first round, as 14
+//  16  math only: the ring is filled once (its first round) and never awaited after that, so
+//      the loop computes on stale slots without waiting for memory: the loop's compute time
+//      (entry 80)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -1115,6 +1118,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   float4* sh_red;
   uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
   uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
+#if MARLIN_PROBE == 16
+  int probe_waits = 0;           // (probe 16) the fills awaited so far
+#endif
   int tid, lane, warp, nw, mw, kw;
 
   // A barrier of the compute threads: the whole CTA, or, with the producer warpgroup (which
@@ -1385,7 +1391,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (c.unit < this->f_end) fetch_to_shared(c, stage);
       if (!MARLIN_DYN_RR && this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
     } else {
-      if (c.unit < unit_end) fetch_to_shared(c, stage);
+      if (c.unit < unit_end && (MARLIN_PROBE != 16 || c.unit < unit_start + STAGES))
+        fetch_to_shared(c, stage);
     }
     cp_async_commit();
     advance(c);
@@ -1458,6 +1465,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
     if constexpr (BULK || WS) {
+#if MARLIN_PROBE == 16
+      if (probe_waits++ >= STAGES) return;   // the ring's first round only
+#endif
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
       // awaited flips after the last slot.
       mbar_wait(bar_full + 8 * stage, full_parity);
@@ -3158,6 +3168,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int slot = 0;
     uint32_t round = 0;
     for (int unit = unit_start; unit < unit_end; unit++) {
+      if (MARLIN_PROBE == 16 && round > 0) break;   // (probe 16) the first round only
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
