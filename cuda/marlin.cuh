@@ -55,12 +55,17 @@
 //  16  math only: the ring is filled once (its first round) and never awaited after that, so
 //      the loop computes on stale slots without waiting for memory: the loop's compute time
 //      (entry 80)
+//  17  1 and 16 together: no math, and the ring awaited in its first round only: what is left
+//      is the launch's skeleton (setup, first fill, the loop's barriers, the ends; entry 80)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
 // The builds that stamp their timeline, and those without the loop's math.
 #define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10)
-#define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10 || MARLIN_PROBE == 14)
+#define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10 || MARLIN_PROBE == 14 || \
+                        MARLIN_PROBE == 17)
+// The builds that fill the ring once and never wait for memory after its first round.
+#define MARLIN_FILL_ONCE (MARLIN_PROBE == 16 || MARLIN_PROBE == 17)
 #define MARLIN_NO_A_REFILL (MARLIN_PROBE == 14 || MARLIN_PROBE == 15)
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum
@@ -1118,8 +1123,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   float4* sh_red;
   uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
   uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
-#if MARLIN_PROBE == 16
-  int probe_waits = 0;           // (probe 16) the fills awaited so far
+#if MARLIN_FILL_ONCE
+  int probe_waits = 0;           // (probes 16, 17) the fills awaited so far
 #endif
   int tid, lane, warp, nw, mw, kw;
 
@@ -1391,7 +1396,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (c.unit < this->f_end) fetch_to_shared(c, stage);
       if (!MARLIN_DYN_RR && this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
     } else {
-      if (c.unit < unit_end && (MARLIN_PROBE != 16 || c.unit < unit_start + STAGES))
+      if (c.unit < unit_end && (!MARLIN_FILL_ONCE || c.unit < unit_start + STAGES))
         fetch_to_shared(c, stage);
     }
     cp_async_commit();
@@ -1465,7 +1470,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
     if constexpr (BULK || WS) {
-#if MARLIN_PROBE == 16
+#if MARLIN_FILL_ONCE
       if (probe_waits++ >= STAGES) return;   // the ring's first round only
 #endif
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
@@ -3168,7 +3173,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int slot = 0;
     uint32_t round = 0;
     for (int unit = unit_start; unit < unit_end; unit++) {
-      if (MARLIN_PROBE == 16 && round > 0) break;   // (probe 16) the first round only
+      if (MARLIN_FILL_ONCE && round > 0) break;   // (probes 16, 17) the first round only
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);

@@ -1,7 +1,7 @@
 """An A/B record per shape set: the summed times of the dispatched configs of
 ``scripts/ab_probe.py``'s rows, per set and M, A against B (no GPU needed).
 
-    python3 scripts/ab_sets.py AB.json [AB.json ...] [--out SUMMARY.md]
+    python3 scripts/ab_sets.py AB.json [AB.json ...] [--bench BENCH.json] [--out SUMMARY.md]
 
 ab_probe prints one sum per M over every layer it ran; the targets of issue 5 are per set
 (llama2-7b, -13b, -70b), so this splits that sum by the sets of ``marlin_cupy.bench.shapes``.
@@ -9,6 +9,13 @@ Only rows with ``dispatch`` true count (``--top`` adds others that the sum must 
 whose layers are not all in the record at some M is left out at that M rather than summed short.
 Prints (and with ``--out`` writes) one markdown table per record: set, M, B's sum, A's sum and
 A's change against B.
+
+``--bench BENCH.json`` (a benchmark record) adds what issue 5's target asks of B: the change
+of the set's summed time that would turn the record's own summed speedup at that M into the
+target (``ours / target - 1``: -10 % means B would have to take 10 % less time), so that an
+A/B of a measurement build (no math, no memory waits: ``MARLIN_PROBE`` 1 and 16) says at once
+whether removing that part alone would reach the target (NOTES.md entry 80). The record is
+another run than the A/B; the column compares changes, not times.
 """
 from __future__ import annotations
 
@@ -39,16 +46,35 @@ def set_sums(rows, sets):
     return out
 
 
-def render(path, record, sums):
+def needs(bench: dict) -> dict:
+    """{(set, m): ours / target - 1} for every set and M where ``bench`` (a benchmark record)
+    has a complete summed speedup and issue 5 sets a target (``ceiling_table.py``'s)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import ceiling_table as ct
+    out = {}
+    for (name, m), speedup in ct.ours(bench).items():
+        t = ct.target(name, m)
+        if t:
+            out[(name, m)] = speedup / t - 1
+    return out
+
+
+def render(path, record, sums, need=None):
     lines = [f"## `{path}`", "",
              f"A: `{record.get('define') or record.get('variant') or record.get('table_a')}`, "
              f"B: `{record.get('base_define') or ('the shipped table' if record.get('table_a') else 'the shipped build')}`; kernel "
              f"{str(record.get('environment', {}).get('git_commit', '?'))[:12]}, "
              f"table {str(record.get('table_commit', '?'))[:12]}"
              f"{', zero points' if record.get('zero_points') else ''}.", "",
-             "| set | M | B (µs) | A (µs) | A against B |", "| --- | ---: | ---: | ---: | ---: |"]
+             "| set | M | B (µs) | A (µs) | A against B |" + (" the target needs |" if need else ""),
+             "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if need else "")]
     for (name, m), (a, b) in sorted(sums.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        lines.append(f"| {name} | {m} | {b:.1f} | {a:.1f} | {100 * (a / b - 1):+.1f} % |")
+        cell = ""
+        if need is not None:
+            t = need.get((name, m))
+            cell = (" met |" if t is not None and t >= 0 else
+                    f" {100 * t:+.1f} % |" if t is not None else " - |")
+        lines.append(f"| {name} | {m} | {b:.1f} | {a:.1f} | {100 * (a / b - 1):+.1f} % |{cell}")
     return "\n".join(lines) + "\n"
 
 
@@ -56,7 +82,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("records", nargs="+")
     p.add_argument("--out")
+    p.add_argument("--bench", help="a benchmark record: add what issue 5's target asks of B")
     a = p.parse_args(argv)
+    need = needs(read_json(a.bench)) if a.bench else None
     from marlin_cupy.bench.shapes import SHAPE_SETS
     parts = []
     for path in a.records:
@@ -64,7 +92,7 @@ def main(argv=None) -> int:
         sums = set_sums(record["rows"], SHAPE_SETS)
         if not sums:
             p.error(f"{path}: no set has a dispatched row for each of its layers")
-        parts.append(render(path, record, sums))
+        parts.append(render(path, record, sums, need))
     text = "\n".join(parts)
     print(text, end="")
     if a.out:

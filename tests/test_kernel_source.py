@@ -79,7 +79,12 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s3_g8_fp32par_sw1_b2"),
      ("MARLIN_PAR_EARLY_BOTTOM=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_b2"),
      ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k16_s4_g8_fp32_sw1"),
-     ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s4_g8_fp32_sw1_b2")]
+     ("MARLIN_PAR_EARLY_BOTTOM=1", "t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
+     # the measurement builds of entry 80: A copied once, the ring filled once, both with no math
+     ("MARLIN_PROBE=14", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=15", WGMMA_CFG + "_ws"),
+     ("MARLIN_PROBE=16", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=16", MMA_CFG),
+     ("MARLIN_PROBE=16", "t256_m1_n16_k16_s4_g8_fp32par_sw1"),
+     ("MARLIN_PROBE=17", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=17", MMA_CFG)]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)

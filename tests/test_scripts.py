@@ -588,3 +588,28 @@ def test_ceiling_table_takes_the_larger_floor_per_layer_and_reads_targets():
     text = mod.table(read, rate, bench)
     assert "| llama2-7b | 1 | 18.0 | 4.0 | 0.1 | 4.50x | 3.0x | 67 % | 3.00x | 67 % |" in text
     assert text.endswith("| 3.02x | 1.6x | 53 % | - | - |")   # M = 64: a failed row, no sum
+
+
+def test_ab_sets_bench_column_says_what_the_target_asks_of_b(tmp_path):
+    """--bench adds ours / target - 1 per set and M from a benchmark record's own summed
+    speedup: 'met' where the record already meets the target, the needed change elsewhere."""
+    import json
+    ab = _load("ab_sets")
+    bench = ROOT / "benchmarks/results/2026-12-01_h200_9cc2e56/2026-12-01_nvidia-h200_bench.json"
+    from marlin_cupy.records import read_json
+    need = ab.needs(read_json(bench))
+    assert need[("llama2-70b", 128)] >= 0 and need[("llama2-7b", 1)] < -0.2
+    ct = _load("ceiling_table")
+    mine = ct.ours(read_json(bench))
+    assert need[("llama2-13b", 64)] == pytest.approx(mine[("llama2-13b", 64)] / 1.8 - 1)
+    rows = [dict(k=k, n=n, m=m, a_us=1.0, b_us=2.0, dispatch=True)
+            for k, n in ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096),
+                         (8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))
+            for m in (1, 128)]
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"define": "X=1", "rows": rows}))
+    out = tmp_path / "s.md"
+    assert ab.main([str(path), "--bench", str(bench), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| llama2-70b | 128 | 8.0 | 4.0 | -50.0 % | met |" in text
+    assert f"| llama2-7b | 1 | 8.0 | 4.0 | -50.0 % | {100 * need[('llama2-7b', 1)]:+.1f} % |" in text
