@@ -52,11 +52,11 @@
 //  14  as 1 (stream only), but the activation tile A is copied only in the ring's first round
 //      (each slot's first fill): what streaming A through the ring costs (entry 80)
 //  15  the real loop's math on stale activations: A copied only in the ring's first round, as 14
-//  16  math only: the ring is filled once (its first round) and never awaited after that, so
-//      the loop computes on stale slots without waiting for memory: the loop's compute time
-//      (entry 80)
-//  17  1 and 16 together: no math, and the ring awaited in its first round only: what is left
-//      is the launch's skeleton (setup, first fill, the loop's barriers, the ends; entry 80)
+//  16  math only: the ring is never filled (no weights, scales or activations are copied) and
+//      never awaited, so the loop computes on whatever shared memory holds: the loop's compute
+//      time and the launch's ends, without the stream (entry 80)
+//  17  1 and 16 together: no math, no copies, no waits: the launch's skeleton (setup, the
+//      loop's barriers, the ends' partials and sums, the stores of C; entry 80)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
@@ -64,8 +64,8 @@
 #define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10)
 #define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10 || MARLIN_PROBE == 14 || \
                         MARLIN_PROBE == 17)
-// The builds that fill the ring once and never wait for memory after its first round.
-#define MARLIN_FILL_ONCE (MARLIN_PROBE == 16 || MARLIN_PROBE == 17)
+// The builds that never fill the ring nor wait for it.
+#define MARLIN_NO_FILL (MARLIN_PROBE == 16 || MARLIN_PROBE == 17)
 #define MARLIN_NO_A_REFILL (MARLIN_PROBE == 14 || MARLIN_PROBE == 15)
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum
@@ -1123,9 +1123,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   float4* sh_red;
   uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
   uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
-#if MARLIN_FILL_ONCE
-  int probe_waits = 0;           // (probes 16, 17) the fills awaited so far
-#endif
   int tid, lane, warp, nw, mw, kw;
 
   // A barrier of the compute threads: the whole CTA, or, with the producer warpgroup (which
@@ -1396,7 +1393,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       if (c.unit < this->f_end) fetch_to_shared(c, stage);
       if (!MARLIN_DYN_RR && this->draws && tid == 0 && c.unit + 1 == this->f_end) dyn_publish();
     } else {
-      if (c.unit < unit_end && (!MARLIN_FILL_ONCE || c.unit < unit_start + STAGES))
+      if (c.unit < unit_end && !MARLIN_NO_FILL)
         fetch_to_shared(c, stage);
     }
     cp_async_commit();
@@ -1470,9 +1467,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
     if constexpr (BULK || WS) {
-#if MARLIN_FILL_ONCE
-      if (probe_waits++ >= STAGES) return;   // the ring's first round only
-#endif
+      if (MARLIN_NO_FILL) return;   // (probes 16, 17) nothing to wait for
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
       // awaited flips after the last slot.
       mbar_wait(bar_full + 8 * stage, full_parity);
@@ -3173,7 +3168,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int slot = 0;
     uint32_t round = 0;
     for (int unit = unit_start; unit < unit_end; unit++) {
-      if (MARLIN_FILL_ONCE && round > 0) break;   // (probes 16, 17) the first round only
+      if (MARLIN_NO_FILL) break;   // (probes 16, 17) no fills
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
