@@ -57,15 +57,17 @@
 //      time and the launch's ends, without the stream (entry 80)
 //  17  1 and 16 together: no math, no copies, no waits: the launch's skeleton (setup, the
 //      loop's barriers, the ends' partials and sums, the stores of C; entry 80)
+//  18  timeline as 4 on 17's build (scripts/timeline_probe.py --skeleton; entry 80)
 #ifndef MARLIN_PROBE
 #define MARLIN_PROBE 0
 #endif
 // The builds that stamp their timeline, and those without the loop's math.
-#define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10)
+#define MARLIN_STAMPS (MARLIN_PROBE == 4 || MARLIN_PROBE == 5 || MARLIN_PROBE == 10 || \
+                       MARLIN_PROBE == 18)
 #define MARLIN_NO_MATH (MARLIN_PROBE == 1 || MARLIN_PROBE == 10 || MARLIN_PROBE == 14 || \
-                        MARLIN_PROBE == 17)
+                        MARLIN_PROBE == 17 || MARLIN_PROBE == 18)
 // The builds that never fill the ring nor wait for it.
-#define MARLIN_NO_FILL (MARLIN_PROBE == 16 || MARLIN_PROBE == 17)
+#define MARLIN_NO_FILL (MARLIN_PROBE == 16 || MARLIN_PROBE == 17 || MARLIN_PROBE == 18)
 #define MARLIN_NO_A_REFILL (MARLIN_PROBE == 14 || MARLIN_PROBE == 15)
 
 // How the parallel cross-CTA reduction (PAR_REDUCE) finishes a split column: the shared sum

@@ -44,7 +44,9 @@ instruction, and it dropped them all the same: 48 instead of 76 LDG in the SASS 
 
 With ``--stream-only`` the probe build is ``MARLIN_PROBE 10``: the timeline of 1's loop,
 without shared-to-register reads or math (its output is garbage): against a run without it,
-where in the launch the math's time falls (NOTES.md entry 74).
+where in the launch the math's time falls (NOTES.md entry 74). With ``--skeleton`` it is
+``MARLIN_PROBE 18``: 17's build (no math, no copies into the ring, no waits for it) with the
+stamps: what is left of a launch without its stream and its math, part by part (entry 80).
 
 ``--variant top_sum`` runs each dispatched config that can take it with the column's top
 summing (``top_sum``, NOTES.md entry 73; in place of an ``early_bottom``), both for the event
@@ -77,6 +79,7 @@ from marlin_cupy.records import environment  # noqa: E402
 PROBE = "#define MARLIN_PROBE 4\n"
 PROBE_NO_STORE = "#define MARLIN_PROBE 5\n"
 PROBE_STREAM_ONLY = "#define MARLIN_PROBE 10\n"
+PROBE_SKELETON = "#define MARLIN_PROBE 18\n"
 
 
 PARTS = ("setup", "issue", "first_wait", "stream", "cta_reduce", "cross")
@@ -193,15 +196,18 @@ def main(argv=None) -> int:
                    help="probe build without the stores of C (MARLIN_PROBE 5)")
     p.add_argument("--stream-only", action="store_true",
                    help="probe build without the loop's math (MARLIN_PROBE 10: 1's loop)")
+    p.add_argument("--skeleton", action="store_true",
+                   help="probe build without math, ring fills or waits (MARLIN_PROBE 18)")
     p.add_argument("--variant", default="", choices=("", "top_sum", "early_bottom"),
                    help="run each dispatched config with this variant where it is valid")
     p.add_argument("--raw", action="store_true",
                    help="also keep every launch's per-CTA points (ns after the first entry) "
                         "and SM ids in the JSON")
     a = p.parse_args(argv)
-    if a.no_store and a.stream_only:
-        p.error("--no-store and --stream-only are two builds; give one")
-    probe = PROBE_NO_STORE if a.no_store else PROBE_STREAM_ONLY if a.stream_only else PROBE
+    if a.no_store + a.stream_only + a.skeleton > 1:
+        p.error("--no-store, --stream-only and --skeleton are three builds; give one")
+    probe = (PROBE_NO_STORE if a.no_store else PROBE_STREAM_ONLY if a.stream_only
+             else PROBE_SKELETON if a.skeleton else PROBE)
     ms = [int(v) for v in a.m.split(",")]
     try:
         shapes = select_layers(set_shapes(a.sets), a.layers)
@@ -263,7 +269,7 @@ def main(argv=None) -> int:
             if a.raw:
                 row["raw"] = [{"points_ns": r.tolist(), "sm": sm.tolist()} for r, sm in raw]
             rows.append(row)
-            write(a.out, rows, a.no_store, a.variant or None, a.stream_only)      # after every row: a run cut short keeps what it measured
+            write(a.out, rows, a.no_store, a.variant or None, a.stream_only, a.skeleton)      # after every row: a run cut short keeps what it measured
             print(f"{k}x{n} M={m} {cfg.name}: real {t_real:.1f} us, event "
                   f"{row['event_us']:.1f}, span {row['span'] / 1e3:.1f}, "
                   + ", ".join(f"{p} {row[p] / 1e3:.2f} (max {row[p + '_max'] / 1e3:.2f})"
@@ -276,14 +282,15 @@ def main(argv=None) -> int:
                   f"last CTA: stream lag {row['crit_stream_lag'] / 1e3:.2f}, "
                   + ", ".join(f"{p} {row['crit_' + p] / 1e3:.2f}"
                               for p in PARTS + CROSS_PARTS), flush=True)
-    write(a.out, rows, a.no_store, a.variant or None, a.stream_only)
+    write(a.out, rows, a.no_store, a.variant or None, a.stream_only, a.skeleton)
     return 0
 
 
-def write(path, rows, no_store=False, variant=None, stream_only=False):
+def write(path, rows, no_store=False, variant=None, stream_only=False, skeleton=False):
     with open(path, "w") as f:
         json.dump({"kind": "timeline_probe", "environment": environment(), "variant": variant,
-                   "stores_c": not no_store, "stream_only": stream_only, "rows": rows}, f,
+                   "stores_c": not no_store, "stream_only": stream_only, "skeleton": skeleton,
+                   "rows": rows}, f,
                   indent=1)
 
 
