@@ -90,6 +90,14 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
+// (A measurement, never the default: it rounds each partial to FP16; NOTES.md entry 80) 1: the
+// CTAs of a shared sum (MARLIN_PAR_COOP) leave their partials in the scratch as FP16 (8 bytes
+// per lane and fragment instead of 16) and the waiters read them back into FP32 sums: what half
+// the bytes through the L2 would save at the end of an M = 32..64 launch.
+#ifndef MARLIN_COOP_HALF
+#define MARLIN_COOP_HALF 0
+#endif
+
 // (NOTES.md entries 68-69; measured, not the default) 1: on the last arriver's path (parallel
 // reduction, tiles below 32 rows, no producer warpgroup), a split column's bottom CTA, which
 // reaches the column's end early in its stripe and goes on streaming, neither counts in nor
@@ -2040,6 +2048,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 
   template <int NF>
   __device__ __forceinline__ void store_scratch(const FragC* acc, int slot) {
+#if MARLIN_COOP_HALF
+    if constexpr (COOP) {
+      uint2* dst = reinterpret_cast<uint2*>(scratch) + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
+                   (mw * N_WARPS + nw) * RED_WARP + lane;
+#pragma unroll
+      for (int f = 0; f < NF; f++) {
+        const half2 lo = __floats2half2_rn(acc[f][0], acc[f][1]);
+        const half2 hi = __floats2half2_rn(acc[f][2], acc[f][3]);
+        __stcg(dst + f * 32, make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                        *reinterpret_cast<const uint32_t*>(&hi)));
+      }
+      return;
+    }
+#endif
     float4* dst = scratch + static_cast<size_t>(slot) * (TILE_M * TILE_N / 4) +
                   (mw * N_WARPS + nw) * RED_WARP + lane;
 #pragma unroll
@@ -2437,6 +2459,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
+  // Element e of the scratch's partials (in float4 units) as FP32 (MARLIN_COOP_HALF: FP16).
+  __device__ __forceinline__ float4 load_partial(size_t e) const {
+#if MARLIN_COOP_HALF
+    const uint2 h = __ldcg(reinterpret_cast<const uint2*>(scratch) + e);
+    const float2 lo = __half22float2(*reinterpret_cast<const half2*>(&h.x));
+    const float2 hi = __half22float2(*reinterpret_cast<const half2*>(&h.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+#else
+    return __ldcg(scratch + e);
+#endif
+  }
+
   template <int NF>
   __device__ __forceinline__ void coop_sum(int slab, int n_tile, int top, int bottom,
                                            int rank, int waiters) {
@@ -2460,7 +2494,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
             if (c0 - a >= top && e0 + u * THREADS < end)
-              v[a][u] = __ldcg(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
+              v[a][u] = load_partial(partial_slot(c0 - a, top) * SLOT + off[u]);
 #pragma unroll
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
@@ -2510,7 +2544,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
-      const float4* base = scratch + w * RED_WARP + lane;
+      const size_t base = static_cast<size_t>(w) * RED_WARP + lane;
       FragC sum[WARP_TILES][2];
       zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
@@ -2522,8 +2556,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
               if (c0 - a >= top)
-                v[a][j][hh] = __ldcg(base + partial_slot(c0 - a, top) * SLOT +
-                                     (j * SW + 2 * p + hh) * 32);
+                v[a][j][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT +
+                                           (j * SW + 2 * p + hh) * 32);
 #pragma unroll
         for (int a = 0; a < AHEAD; a++)
 #pragma unroll
