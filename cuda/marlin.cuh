@@ -2459,15 +2459,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     }
   }
 
-  // Element e of the scratch's partials (in float4 units) as FP32 (MARLIN_COOP_HALF: FP16).
-  __device__ __forceinline__ float4 load_partial(size_t e) const {
+  // The scratch's partial element at `p` as FP32 (MARLIN_COOP_HALF: stored as FP16 at the same
+  // element index, 8 bytes apart).
+  __device__ __forceinline__ float4 load_partial(const float4* p) const {
 #if MARLIN_COOP_HALF
-    const uint2 h = __ldcg(reinterpret_cast<const uint2*>(scratch) + e);
+    const uint2 h = __ldcg(reinterpret_cast<const uint2*>(scratch) + (p - scratch));
     const float2 lo = __half22float2(*reinterpret_cast<const half2*>(&h.x));
     const float2 hi = __half22float2(*reinterpret_cast<const half2*>(&h.y));
     return make_float4(lo.x, lo.y, hi.x, hi.y);
 #else
-    return __ldcg(scratch + e);
+    return __ldcg(p);
 #endif
   }
 
@@ -2494,7 +2495,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
             if (c0 - a >= top && e0 + u * THREADS < end)
-              v[a][u] = load_partial(partial_slot(c0 - a, top) * SLOT + off[u]);
+              v[a][u] = load_partial(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
 #pragma unroll
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
@@ -2544,7 +2545,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
-      const size_t base = static_cast<size_t>(w) * RED_WARP + lane;
+      const float4* base = scratch + w * RED_WARP + lane;
       FragC sum[WARP_TILES][2];
       zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
