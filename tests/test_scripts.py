@@ -191,7 +191,7 @@ def test_l2_read_probe_keeps_the_slowest_cta():
 
 
 @pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe", "cluster_probe",
-                                  "path_probe"])
+                                  "path_probe", "tma_probe"])
 def test_probe_kernels_compile_for_sm90a_without_spills(name):
     """The standalone probes' kernels (built from strings, so check_compile does not see them)
     compile through NVRTC for sm_90a with no local memory."""
@@ -613,3 +613,27 @@ def test_ab_sets_bench_column_says_what_the_target_asks_of_b(tmp_path):
     text = out.read_text()
     assert "| llama2-70b | 128 | 8.0 | 4.0 | -50.0 % | met |" in text
     assert f"| llama2-7b | 1 | 8.0 | 4.0 | -50.0 % | {100 * need[('llama2-7b', 1)]:+.1f} % |" in text
+
+
+def test_tma_probe_checksum_weights_each_word_by_its_place():
+    """tma_probe.py's host checksum: the sum of word x (2 index + 1) over the array, wrapping
+    at 2^64, changes when two words trade places (a copy into the wrong place is caught, not
+    only a missing or doubled one), and the kernel's box walks the array's elements once."""
+    import numpy as np
+    tp = _load("tma_probe")
+    assert tp.UNIT_BYTES == tp.BOX_X * tp.BOX_Y * 8 == 16384
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 2**63, size=(16, 512), dtype=np.uint64)
+    idx = np.arange(a.size, dtype=np.uint64).reshape(a.shape)
+    s = lambda x: int(np.sum(x * (2 * idx + np.uint64(1)), dtype=np.uint64))  # noqa: E731
+    b = a.copy()
+    b[0, 0], b[3, 7] = a[3, 7], a[0, 0]
+    assert s(a) != s(b)
+    # the consumers' words: unit (n_tile, kt), word o = j * CONSUMERS + t of the 2048
+    seen = np.zeros(a.shape, dtype=int)
+    for n_tile in range(a.shape[1] // tp.BOX_X):
+        for kt in range(a.shape[0] // tp.BOX_Y):
+            for j in range(tp.BOX_X * tp.BOX_Y // tp.CONSUMERS):
+                o = j * tp.CONSUMERS + np.arange(tp.CONSUMERS)
+                seen[kt * tp.BOX_Y + o // tp.BOX_X, n_tile * tp.BOX_X + o % tp.BOX_X] += 1
+    assert (seen == 1).all()
