@@ -21,9 +21,9 @@ tile would leave it a few. Before any kernel change this probe answers three que
   bytes, ``empty`` barriers with the 256 consumers' arrivals), against a grid-stride read of
   the same bytes (16-byte loads, 4 in flight per thread) in the same run.
 
-Times are CUDA-event medians of 30 launches after about 0.3 s of warm-up launches; a layer smaller than 200 MB is
-streamed from enough copies in turn that three L2s' worth of bytes pass between two reads of
-one (as ``bench.harness.Timer``).
+Times are ``bench.harness.Timer``'s (the tuner's: CUDA-event medians behind a spin that hides
+the launch's host cost), over enough copies of the layer in turn that three L2s' worth of bytes
+pass between two reads of one.
 """
 from __future__ import annotations
 
@@ -173,11 +173,15 @@ def main(argv=None) -> int:
     import cupy as cp
     import numpy as np
     from marlin_cupy import jit
+    from marlin_cupy.bench.harness import Timer, bench_stream
     from marlin_cupy.records import environment
     mod = jit.load_module(source(), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     l2 = cp.cuda.Device().attributes["L2CacheSize"]
     rows_out = []
+    stream_ctx = bench_stream()
+    stream = stream_ctx.__enter__()
+    timer = Timer(stream, budget_ms=20.0, min_reps=10, max_reps=40)
     for spec in a.layers.split(","):
         k, n = (int(v) for v in spec.split("x"))
         rows, nbytes = k // 16, k * n // 2
@@ -194,29 +198,6 @@ def main(argv=None) -> int:
         iters = -(-total // sms)
         grid = -(-total // iters)
 
-        def timed(launch):
-            # Warm up for about 0.3 s of launches (the clocks ramp up), then 30 timed ones.
-            t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-            t0.record()
-            r = 0
-            while True:
-                launch(r)
-                r += 1
-                if r % 20 == 0:
-                    t1.record()
-                    t1.synchronize()
-                    if cp.cuda.get_elapsed_time(t0, t1) > 300.0:
-                        break
-            times = []
-            for r in range(30):
-                t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-                t0.record()
-                launch(1 + r)
-                t1.record()
-                t1.synchronize()
-                times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
-            return float(np.median(times))
-
         for stages in (4, 8, 12):
             ker = mod.get_function(f"tma_stream_s{stages}")
             smem = stages * UNIT_BYTES + 16 * stages
@@ -226,7 +207,8 @@ def main(argv=None) -> int:
                               np.int32(iters), np.int32(n), out)
             ker((grid,), (CONSUMERS + 32,), args(0), shared_mem=smem)
             got = int(cp.sum(out, dtype=cp.uint64).get())
-            us = timed(lambda i: ker((grid,), (CONSUMERS + 32,), args(i), shared_mem=smem))
+            us = timer.measure(lambda i: ker((grid,), (CONSUMERS + 32,), args(i), shared_mem=smem),
+                               copies).stats.median_us
             row = {"layer": spec, "kind": "tma", "stages": stages, "grid": grid,
                    "units_per_cta": iters, "bytes": nbytes, "median_us": us,
                    "GBps": nbytes / us / 1e3, "checksum_ok": got == want}
@@ -237,11 +219,13 @@ def main(argv=None) -> int:
         pr = mod.get_function("plain_read")
         pgrid = sms * 8
         out = cp.zeros(pgrid * 256, dtype=cp.uint64)
-        us = timed(lambda i: pr((pgrid,), (256,), (bufs[i % copies], np.int64(nbytes // 16), out)))
+        us = timer.measure(lambda i: pr((pgrid,), (256,), (bufs[i], np.int64(nbytes // 16), out)),
+                           copies).stats.median_us
         rows_out.append({"layer": spec, "kind": "plain_read", "bytes": nbytes, "median_us": us,
                          "GBps": nbytes / us / 1e3})
         print(f"{spec} plain read: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s", flush=True)
         del bufs, maps
+    stream_ctx.__exit__(None, None, None)
     ok = all(r.get("checksum_ok", True) for r in rows_out)
     with open(a.out, "w") as f:
         json.dump({"kind": "tma_probe", "environment": environment(), "sms": sms,
