@@ -5,7 +5,9 @@ accelerator's 2-D copies on our packed weights (needs an sm_90 GPU; NOTES.md ent
 
 At M = 64 the producer warpgroup issues 16 % of the wgmma loop's instructions (entry 80): 128
 threads' 16-byte ``cp.async`` copies and their addresses. One ``cp.async.bulk.tensor.2d`` per
-tile would leave it a few. Before any kernel change this probe answers three questions:
+tile would leave it a few (entry 50's 1-D bulk copies of the weights already did most of that
+and were not faster, so the gain is bounded; lever A). This probe answers three questions
+before any kernel change:
 
 - can a tensor map be built from Python at all? CuPy does not wrap ``cuTensorMapEncodeTiled``;
   the probe calls the driver through ctypes (``libcuda.so.1``) and keeps the 128-byte map in
