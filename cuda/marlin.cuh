@@ -1477,7 +1477,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
   // WS: the same, for the producer's fills.
   __device__ __forceinline__ void bulk_wait(int stage) {
     if constexpr (BULK || WS) {
-      if (MARLIN_NO_FILL) return;   // (probes 16, 17) nothing to wait for
+      if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
       // Units are awaited in order, slot 0, 1, .., STAGES - 1, 0, ..: the parity of the fill
       // awaited flips after the last slot.
       mbar_wait(bar_full + 8 * stage, full_parity);
@@ -3205,7 +3205,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
     int slot = 0;
     uint32_t round = 0;
     for (int unit = unit_start; unit < unit_end; unit++) {
-      if (MARLIN_NO_FILL) break;   // (probes 16, 17) no fills
+      if (MARLIN_NO_FILL) break;   // (probes 16-18) no fills
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);

@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "scripts"):   # the package, and ceiling_table.py beside this script
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from marlin_cupy.records import read_json  # noqa: E402
 
@@ -49,7 +50,6 @@ def set_sums(rows, sets):
 def needs(bench: dict) -> dict:
     """{(set, m): ours / target - 1} for every set and M where ``bench`` (a benchmark record)
     has a complete summed speedup and issue 5 sets a target (``ceiling_table.py``'s)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import ceiling_table as ct
     out = {}
     for (name, m), speedup in ct.ours(bench).items():

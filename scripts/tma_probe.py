@@ -1,7 +1,7 @@
 """Can the producer's copies be tensor copies? A standalone check of the tensor memory
 accelerator's 2-D copies on our packed weights (needs an sm_90 GPU; NOTES.md entry 80, lever A).
 
-    python3 scripts/tma_probe.py OUT.json [--layers 8192x57344,4096x12288] [--stages 8]
+    python3 scripts/tma_probe.py OUT.json [--layers 8192x57344,4096x12288]
 
 At M = 64 the producer warpgroup issues 16 % of the wgmma loop's instructions (entry 80): 128
 threads' 16-byte ``cp.async`` copies and their addresses. One ``cp.async.bulk.tensor.2d`` per
@@ -18,8 +18,8 @@ before any kernel change:
   of units column by column as the kernel does; every consumer thread adds each 8-byte word it
   reads times (2 x its element index + 1), and the sum over the grid must equal the host's
   over the whole array (each word read once, each in its place);
-- how fast do they stream? One elected lane of a producer warp issues every copy of a CTA
-  into a ring of ``--stages`` 16-KB slots (``full`` barriers with the copies' transaction
+- how fast do they stream? One lane of a producer warp issues every copy of a CTA into a
+  ring of 4, 8 or 12 16-KB slots (``full`` barriers with the copies' transaction
   bytes, ``empty`` barriers with the 256 consumers' arrivals), against a grid-stride read of
   the same bytes (16-byte loads, 4 in flight per thread) in the same run.
 
@@ -166,6 +166,55 @@ def encode_tiled(buf_ptr: int, n: int, rows: int) -> bytes:
     return ctypes.string_at(aligned, 128)
 
 
+def stream_layer(mod, timer, spec: str, sms: int, l2: int) -> list:
+    """The tensor-copy rings (4, 8, 12 stages) and the plain read over one layer's packed
+    weights (``spec`` = "KxN"), each timed; the rings' checksums against the host's."""
+    import cupy as cp
+    import numpy as np
+    found = []
+    k, n = (int(v) for v in spec.split("x"))
+    rows, nbytes = k // 16, k * n // 2
+    copies = max(1, -(-3 * l2 // nbytes) + 1)
+    rng = np.random.default_rng(0)
+    host = rng.integers(0, 2**63, size=(rows, n), dtype=np.uint64)
+    bufs = [cp.asarray(host) for _ in range(copies)]
+    idx = np.arange(rows * n, dtype=np.uint64).reshape(rows, n)
+    want = int(np.sum(host * (2 * idx + np.uint64(1)), dtype=np.uint64))
+    maps = [cp.asarray(np.frombuffer(encode_tiled(b.data.ptr, n, rows), dtype=np.uint8))
+            for b in bufs]
+    n_tiles, k_tiles = n // BOX_X, rows // BOX_Y
+    total = n_tiles * k_tiles
+    iters = -(-total // sms)
+    grid = -(-total // iters)
+    for stages in (4, 8, 12):
+        ker = mod.get_function(f"tma_stream_s{stages}")
+        smem = stages * UNIT_BYTES + 16 * stages
+        ker.max_dynamic_shared_size_bytes = smem
+        out = cp.zeros(grid * (CONSUMERS + 32), dtype=cp.uint64)
+        args = lambda i: (maps[i], np.int32(n_tiles), np.int32(k_tiles),  # noqa: E731
+                          np.int32(iters), np.int32(n), out)
+        ker((grid,), (CONSUMERS + 32,), args(0), shared_mem=smem)
+        got = int(cp.sum(out, dtype=cp.uint64).get())
+        us = timer.measure(lambda i: ker((grid,), (CONSUMERS + 32,), args(i), shared_mem=smem),
+                           copies).stats.median_us
+        row = {"layer": spec, "kind": "tma", "stages": stages, "grid": grid,
+               "units_per_cta": iters, "bytes": nbytes, "median_us": us,
+               "GBps": nbytes / us / 1e3, "checksum_ok": got == want}
+        found.append(row)
+        print(f"{spec} tensor copies, {stages} stages, {grid} CTAs x {iters} units: "
+              f"{us:.1f} us, {row['GBps']:.0f} GB/s, bytes {'right' if got == want else 'WRONG'}",
+              flush=True)
+    pr = mod.get_function("plain_read")
+    pgrid = sms * 8
+    out = cp.zeros(pgrid * 256, dtype=cp.uint64)
+    us = timer.measure(lambda i: pr((pgrid,), (256,), (bufs[i], np.int64(nbytes // 16), out)),
+                       copies).stats.median_us
+    found.append({"layer": spec, "kind": "plain_read", "bytes": nbytes, "median_us": us,
+                  "GBps": nbytes / us / 1e3})
+    print(f"{spec} plain read: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s", flush=True)
+    return found
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -173,7 +222,6 @@ def main(argv=None) -> int:
                    help="KxN of the packed 4-bit weights to stream")
     a = p.parse_args(argv)
     import cupy as cp
-    import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.bench.harness import Timer, bench_stream
     from marlin_cupy.records import environment
@@ -181,53 +229,10 @@ def main(argv=None) -> int:
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     l2 = cp.cuda.Device().attributes["L2CacheSize"]
     rows_out = []
-    stream_ctx = bench_stream()
-    stream = stream_ctx.__enter__()
-    timer = Timer(stream, budget_ms=20.0, min_reps=10, max_reps=40)
-    for spec in a.layers.split(","):
-        k, n = (int(v) for v in spec.split("x"))
-        rows, nbytes = k // 16, k * n // 2
-        copies = max(1, -(-3 * l2 // nbytes) + 1)
-        rng = np.random.default_rng(0)
-        host = rng.integers(0, 2**63, size=(rows, n), dtype=np.uint64)
-        bufs = [cp.asarray(host) for _ in range(copies)]
-        idx = np.arange(rows * n, dtype=np.uint64).reshape(rows, n)
-        want = int(np.sum(host * (2 * idx + np.uint64(1)), dtype=np.uint64))
-        maps = [cp.asarray(np.frombuffer(encode_tiled(b.data.ptr, n, rows), dtype=np.uint8))
-                for b in bufs]
-        n_tiles, k_tiles = n // BOX_X, rows // BOX_Y
-        total = n_tiles * k_tiles
-        iters = -(-total // sms)
-        grid = -(-total // iters)
-
-        for stages in (4, 8, 12):
-            ker = mod.get_function(f"tma_stream_s{stages}")
-            smem = stages * UNIT_BYTES + 16 * stages
-            ker.max_dynamic_shared_size_bytes = smem
-            out = cp.zeros(grid * (CONSUMERS + 32), dtype=cp.uint64)
-            args = lambda i: (maps[i % copies], np.int32(n_tiles), np.int32(k_tiles),  # noqa: E731
-                              np.int32(iters), np.int32(n), out)
-            ker((grid,), (CONSUMERS + 32,), args(0), shared_mem=smem)
-            got = int(cp.sum(out, dtype=cp.uint64).get())
-            us = timer.measure(lambda i: ker((grid,), (CONSUMERS + 32,), args(i), shared_mem=smem),
-                               copies).stats.median_us
-            row = {"layer": spec, "kind": "tma", "stages": stages, "grid": grid,
-                   "units_per_cta": iters, "bytes": nbytes, "median_us": us,
-                   "GBps": nbytes / us / 1e3, "checksum_ok": got == want}
-            rows_out.append(row)
-            print(f"{spec} tensor copies, {stages} stages, {grid} CTAs x {iters} units: "
-                  f"{us:.1f} us, {row['GBps']:.0f} GB/s, bytes {'right' if got == want else 'WRONG'}",
-                  flush=True)
-        pr = mod.get_function("plain_read")
-        pgrid = sms * 8
-        out = cp.zeros(pgrid * 256, dtype=cp.uint64)
-        us = timer.measure(lambda i: pr((pgrid,), (256,), (bufs[i], np.int64(nbytes // 16), out)),
-                           copies).stats.median_us
-        rows_out.append({"layer": spec, "kind": "plain_read", "bytes": nbytes, "median_us": us,
-                         "GBps": nbytes / us / 1e3})
-        print(f"{spec} plain read: {us:.1f} us, {nbytes / us / 1e3:.0f} GB/s", flush=True)
-        del bufs, maps
-    stream_ctx.__exit__(None, None, None)
+    with bench_stream() as stream:
+        timer = Timer(stream, budget_ms=20.0, min_reps=10, max_reps=40)
+        for spec in a.layers.split(","):
+            rows_out += stream_layer(mod, timer, spec, sms, l2)
     ok = all(r.get("checksum_ok", True) for r in rows_out)
     with open(a.out, "w") as f:
         json.dump({"kind": "tma_probe", "environment": environment(), "sms": sms,
