@@ -530,6 +530,80 @@ def _heuristic_shape(n: int, k: int):
     return None
 
 
+#: The heuristic on compute capability 9.0 (H100, H200: wgmma and the producer warpgroup), for
+#: problems the device's tuned table does not hold (other layer shapes, other group sizes,
+#: other devices of the family). Per M bucket, the configs to try in order: first the one whose
+#: time, over the twelve llama2 layers the shipped H200 table's tuner measured, has the smallest
+#: geometric mean of slowdowns against each layer's best (within 2-5 % of the best at every
+#: bucket; the generic heuristic below is 23 % slower there at M = 9..16 and 59-117 % from
+#: M = 64 on; benchmarks/NOTES.md entry 81), then the same bucket's best 64-deep tile (K not a
+#: multiple of 128), then its best 128-wide one (N not a multiple of 256): what
+#: ``tune.heuristic_rule`` finds in the shipped measurements (a test holds the two equal). Written with g8 (group size 128): ``sm90_choice`` puts the problem's group
+#: in. Where none fits, the generic heuristic decides. Every config these lists can produce
+#: is compiled for sm_90a by CI without spills and run by the GPU tests (``SM90_INSTANTIATED``).
+SM90_HEURISTIC = {
+    8: ("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb", "t128_m1_n16_k4_s4_g8_fp32par_sw1_wg_ws_b2",
+        "t256_m1_n8_k16_s8_g8_fp32_sw1_eb"),
+    16: ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", "t128_m1_n16_k4_s4_g8_fp32par_sw2_wg_ws_b2",
+         "t256_m1_n8_k16_s6_g8_fp32par"),
+    32: ("t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2", "t128_m2_n16_k4_s6_g8_fp32par_sw4_wg_ws_b2",
+         "t256_m2_n8_k8_s8_g8_fp32par_sw4_wg_w16_ws"),
+    48: ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws",
+         "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws"),
+    64: ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws",
+         "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws"),
+    128: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
+          "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
+    192: ("t256_m4_n16_k8_s4_g8_fp32_sw8_wg_w32_ws", "t128_m4_n16_k4_s4_g8_fp32par_sw8_wg_ws_b2",
+          "t128_m8_n8_k4_s4_g8_fp32_sw16_wg_ws_b2"),
+    1 << 30: ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws",
+              "t128_m8_n8_k8_s4_g8_fp32_sw16_wg_ws"),
+}
+
+
+def _with_group(cfg: KernelConfig, group_blocks: int, has_zp: bool,
+                smem_limit: int) -> KernelConfig | None:
+    """``cfg`` with the problem's group blocks, at its stages or as many fewer as shared memory
+    needs (not below what its loop allows), or None where it is invalid."""
+    cfg = cfg.with_(group_blocks=group_blocks)
+    for s in range(cfg.stages, 1, -1):
+        c = cfg.with_(stages=s)
+        if not c.problems() and c.smem_bytes(has_zp) <= smem_limit:
+            return c
+    return None
+
+
+def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
+                smem_limit: int = 232448) -> KernelConfig | None:
+    """The compute capability 9.0 heuristic's config (``SM90_HEURISTIC``), or None where none of
+    its bucket's configs fits N, K and shared memory."""
+    gb = group_blocks_for(group_size, k)
+    for name in SM90_HEURISTIC[m_bucket(m)]:
+        cfg = _with_group(KernelConfig.from_name(name), gb, has_zp, smem_limit)
+        if cfg is not None and n % cfg.tile_n == 0 and k % cfg.tile_k == 0 \
+                and (cfg.max_m is None or m <= cfg.max_m):
+            return cfg
+    return None
+
+
+def _sm90_instantiated() -> tuple:
+    cfgs = set()
+    for names in SM90_HEURISTIC.values():
+        for name in names:
+            for g in GROUP_BLOCKS:
+                for zp in (False, True):
+                    c = _with_group(KernelConfig.from_name(name), g, zp, 232448)
+                    if c is not None:
+                        cfgs.add(c)
+    return tuple(sorted(cfgs, key=lambda c: c.name))
+
+
+#: Every config the compute capability 9.0 heuristic can return on a device with the H200's
+#: shared memory, for every group size, symmetric or with zero points (CI compiles them for
+#: sm_90a; the GPU tests run them).
+SM90_INSTANTIATED = _sm90_instantiated()
+
+
 def fit_tuned(tuned: KernelConfig | None, m: int, n: int, k: int, has_zp: bool = False,
               smem_limit: int = 232448) -> KernelConfig | None:
     """A tuned table's entry as the dispatch runs it for this problem, or None where it does
@@ -548,10 +622,12 @@ def fit_tuned(tuned: KernelConfig | None, m: int, n: int, k: int, has_zp: bool =
 
 
 def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
-                  smem_limit: int = 232448, device_name: str | None = None) -> KernelConfig:
+                  smem_limit: int = 232448, device_name: str | None = None,
+                  cc: str | None = None) -> KernelConfig:
     """The default configuration for a problem (the dispatch of ``mc.matmul``).
 
-    The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket), else a
+    The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket); else, on
+    compute capability ``cc`` "90", the sm_90 heuristic (``sm90_choice``); else the generic
     heuristic: the tile shape of ``_heuristic_shape``, as many 16-row blocks as M needs (64-row
     slabs beyond 64), swapped MMA operands up to 8 rows, and ``HEURISTIC_STAGES`` stages, fewer
     if shared memory is short.
@@ -562,6 +638,10 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
         tuned = fit_tuned(lookup(device_name, m, n, k, group_size), m, n, k, has_zp, smem_limit)
         if tuned is not None:
             return tuned
+    if cc == "90":
+        cfg = sm90_choice(m, n, k, group_size, has_zp, smem_limit)
+        if cfg is not None:
+            return cfg
     shape = _heuristic_shape(n, k)
     if shape is None:
         raise ValueError(

@@ -110,11 +110,12 @@ def reload_sources():
 
 def warm_instantiated(workers: int = 8, configs=None) -> int:
     """Fill the kernel caches with ``configs`` (default: every dispatchable configuration, the
-    instantiated table and the shipped tuned tables), sym and zero-point, each for its own
-    target (sm_90a for wgmma configs)."""
-    from .config import INSTANTIATED, tuned_instances
+    instantiated table, the sm_90 heuristic's and the shipped tuned tables), sym and zero-point,
+    each for its own target (sm_90a for wgmma configs)."""
+    from .config import INSTANTIATED, SM90_INSTANTIATED, tuned_instances
     if configs is None:
-        cfgs = list(INSTANTIATED) + [c for cs in tuned_instances().values() for c in cs]
+        cfgs = list(dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
+                                  + [c for cs in tuned_instances().values() for c in cs]))
     else:
         cfgs = configs
     return jit.warm_cache([(marlin_source(c, zp), c.arch_suffix)

@@ -300,7 +300,7 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
           config: KernelConfig | None, max_ctas: int | None, pdl: bool = False) -> Plan:
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
-        m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"])
+        m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
     if max_ctas is not None and max_ctas < 1:

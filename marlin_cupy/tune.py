@@ -190,6 +190,56 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
+#: Configs the sm_90 heuristic's rule (``heuristic_rule``) passes over: they spill registers at
+#: some group size or with zero points (sm_90, NVRTC 12/13), which CI refuses for anything the
+#: dispatch can pick, though the tuner measured them at g128.
+HEURISTIC_EXCLUDED = {
+    "t256_m1_n8_k16_s3_g8_fp32par_sw1_b2": "spills 28 bytes with per-channel scales",
+    "t256_m1_n8_k16_s3_g8_fp32par_sw1_eb_b2": "spills 16-40 bytes with zero points or "
+                                              "per-channel scales",
+}
+
+#: The tile classes of the sm_90 heuristic, in the order it tries them: (tile_n, tile_k), 0 for
+#: any. A problem whose K is no multiple of 128 takes the second, one whose N is no multiple of
+#: 256 the third.
+HEURISTIC_TILES = ((256, 128), (256, 64), (128, 0))
+
+
+def heuristic_rule(measurements, exclude=HEURISTIC_EXCLUDED) -> dict:
+    """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
+    ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
+    at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES``, the config with the
+    smallest geometric mean of its slowdowns against each layer's fastest config, among those
+    measured on the most layers (every layer where any is). Names are the g128 ones; a class
+    with no candidate is left out. Returns {bucket: (name, ...)}."""
+    import math
+    times = {}          # (m, n, k) -> {config: median_us}
+    for r in measurements:
+        t = times.setdefault((r["m"], r["n"], r["k"]), {})
+        t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
+    rule = {}
+    for bucket, m in BUCKET_M.items():
+        layers = {key: t for key, t in times.items() if key[0] == m}
+        if not layers:
+            continue
+        best = {key: min(t.values()) for key, t in layers.items()}
+        names = []
+        for tile_n, tile_k in HEURISTIC_TILES:
+            scored = {}
+            for key, t in layers.items():
+                for name, us in t.items():
+                    cfg = KernelConfig.from_name(name)
+                    if name in exclude or cfg.tile_n != tile_n or (tile_k and cfg.tile_k != tile_k):
+                        continue
+                    scored.setdefault(name, []).append(math.log(us / best[key]))
+            if scored:
+                most = max(len(v) for v in scored.values())
+                names.append(min((sum(v) / len(v), name) for name, v in scored.items()
+                                 if len(v) == most)[1])
+        rule[bucket] = tuple(names)
+    return rule
+
+
 def parse_buckets(text: str) -> tuple:
     """``"8,16"`` -> ``(8, 16)``; ``"rest"`` names the open bucket; empty: every bucket."""
     if not text.strip():

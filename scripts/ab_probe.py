@@ -36,6 +36,10 @@ the A config is built with those switches (a variant of the variant against the 
 (its entry as ``matmul`` would run it; the heuristic's config where it has none), B the
 shipped table's, both plain builds: two tables in one run, the same data and order, so a
 re-tune's small entries can be told from the drift between machines (NOTES.md entry 70).
+``--table-a generic``: A is the generic heuristic everywhere (no table, and not the compute
+capability 9.0 heuristic that ``matmul`` falls back to on H100/H200 since entry 81), B what
+``matmul`` dispatches: on layers the shipped table lacks (``--sets llama3-8b``, other group
+sizes), the two heuristics against each other.
 Layers where both tables pick the same config are timed too, a control for the noise. The
 outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
 configs are the same.
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
                         "roundings (MARLIN_WG_DEFER)")
     p.add_argument("--table-a", default="",
                    help="A: the config this tuned table file dispatches (B: the shipped "
-                        "table's), plain builds")
+                        "table's), plain builds; 'generic': the generic heuristic's")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
@@ -137,7 +141,8 @@ def main(argv=None) -> int:
                 "--variant, --base-define, --top or --only-par with it")
     if not prefix and not a.variant and not a.table_a:
         p.error("give --define (naming a switch), --variant, or both; or --table-a")
-    table_a = tune.table_entries(a.table_a) if a.table_a else None
+    generic = a.table_a == "generic"
+    table_a = {} if generic else tune.table_entries(a.table_a) if a.table_a else None
     b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
@@ -162,10 +167,12 @@ def main(argv=None) -> int:
     zp = a.zp
 
     def table_a_config(k, n, m):
-        """What --table-a's table dispatches here (choose_config's rule, on that table)."""
+        """What --table-a's table dispatches here (choose_config's rule, on that table; the
+        generic heuristic alone with --table-a generic)."""
         return (config.fit_tuned(tune.lookup_in(table_a, m, n, k, a.group_size), m, n, k, zp,
                                  facts["smem_optin"])
-                or config.choose_config(m, n, k, a.group_size, zp, facts["smem_optin"]))
+                or config.choose_config(m, n, k, a.group_size, zp, facts["smem_optin"],
+                                        cc=None if generic else facts["cc"]))
 
     # A runs config a_cfgs[key, c] (c itself without --variant or --table-a), built with the
     # --define switches.
@@ -258,7 +265,7 @@ def main(argv=None) -> int:
                    "table_a": a.table_a or None,
                    "base_define": a.base_define or None,
                    "rel_tol": a.rel_tol or None,
-                   "sets": a.sets, "zero_points": zp,
+                   "sets": a.sets, "group_size": a.group_size, "zero_points": zp,
                    "environment": environment(),
                    "table_commit": table_commit, "mismatches": mismatches,
                    "summed_dispatch": {str(m): {"a_us": b, "b_us": nb}

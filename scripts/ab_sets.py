@@ -59,13 +59,25 @@ def needs(bench: dict) -> dict:
     return out
 
 
+def _b_label(record) -> str:
+    t = record.get("table_a")
+    return ("what matmul dispatches (the table, else the sm_90 heuristic)" if t == "generic"
+            else "the shipped table" if t else "the shipped build")
+
+
+def _group(record) -> str:
+    g = record.get("group_size")
+    return "" if g in (None, 128) else ", per-channel scales" if g == -1 else f", group size {g}"
+
+
 def render(path, record, sums, need=None):
     lines = [f"## `{path}`", "",
              f"A: `{record.get('define') or record.get('variant') or record.get('table_a')}`, "
-             f"B: `{record.get('base_define') or ('the shipped table' if record.get('table_a') else 'the shipped build')}`; kernel "
+             f"B: `{record.get('base_define') or _b_label(record)}`; kernel "
              f"{str(record.get('environment', {}).get('git_commit', '?'))[:12]}, "
              f"table {str(record.get('table_commit', '?'))[:12]}"
-             f"{', zero points' if record.get('zero_points') else ''}.", "",
+             f"{', zero points' if record.get('zero_points') else ''}"
+             f"{_group(record)}.", "",
              "| set | M | B (µs) | A (µs) | A against B |" + (" the target needs |" if need else ""),
              "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if need else "")]
     for (name, m), (a, b) in sorted(sums.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -85,11 +97,11 @@ def main(argv=None) -> int:
     p.add_argument("--bench", help="a benchmark record: add what issue 5's target asks of B")
     a = p.parse_args(argv)
     need = needs(read_json(a.bench)) if a.bench else None
-    from marlin_cupy.bench.shapes import SHAPE_SETS
+    from marlin_cupy.bench.shapes import ALL_SETS
     parts = []
     for path in a.records:
         record = read_json(path)        # a .json.gz too
-        sums = set_sums(record["rows"], SHAPE_SETS)
+        sums = set_sums(record["rows"], ALL_SETS)
         if not sums:
             p.error(f"{path}: no set has a dispatched row for each of its layers")
         parts.append(render(path, record, sums, need))

@@ -93,7 +93,8 @@ def config_targets():
         marlin_entry = None
     from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, MMA_PRODUCER_EXAMPLES,
                                     MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
-                                    TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, tuned_instances)
+                                    SM90_INSTANTIATED, TOP_SUM_EXAMPLES, WGMMA_EXAMPLES,
+                                    tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag=""):
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
@@ -104,6 +105,9 @@ def config_targets():
     tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tuned_instances().items()
              for cfg in cfgs for zp in (False, True)]
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
+    # What the compute capability 9.0 heuristic dispatches (sm_90, sm_90a for wgmma).
+    sm90 = [target(cfg, zp, ("sm_90" + cfg.arch_suffix,)) for cfg in SM90_INSTANTIATED
+            for zp in (False, True)]
     par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
            for zp in (False, True)]
     # The producer warpgroup waits with mbarrier.try_wait: sm_90 only.
@@ -129,8 +133,9 @@ def config_targets():
         target(cfg, zp, (arch + cfg.arch_suffix,), PDL_PREFIX, "_pdl")
         for arch, cfgs in tuned_instances().items() if int(arch[3:]) >= 90
         for cfg in cfgs for zp in (False, True)]
-    return targets + tuned + wg + par + pdl, (
+    return targets + tuned + sm90 + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
+        f"{len(sm90) // 2} of the sm_90 heuristic, "
         f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction, "
         f"mma.sync producer, run-time hand-out and early-bottom examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")

@@ -63,10 +63,12 @@ def pick_configs(count: int | None, names=()):
     """``[(name, cfg)]``: the configurations named, if any; else the default dispatch
     (``config=None``), ``count`` configurations spread over INSTANTIATED (all of them for
     ``None``), every wgmma configuration of the shipped tuned tables (the shapes here are
-    not in those tables, so the default dispatch never reaches them), and the parallel-reduction
-    configurations the tables use, or two of the examples when none does."""
-    from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, KernelConfig,
-                                    tuned_instances)
+    not in those tables, so the default dispatch never reaches them), the parallel-reduction
+    configurations the tables use, or two of the examples when none does, and the compute
+    capability 9.0 heuristic's group-128 configs that the tables do not hold (NOTES.md entry
+    81)."""
+    from marlin_cupy.config import (INSTANTIATED, PARALLEL_REDUCE_EXAMPLES, SM90_INSTANTIATED,
+                                    KernelConfig, tuned_instances)
     if names:
         return [(n, KernelConfig.from_name(n)) for n in names]
     configs = list(INSTANTIATED)
@@ -80,7 +82,8 @@ def pick_configs(count: int | None, names=()):
         # A split column under the sanitizer: these shapes give every column 2-8 CTAs.
         par = [c for c in PARALLEL_REDUCE_EXAMPLES if c.name in (
             "t256_m2_n8_k16_s4_g8_fp32par", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg")]
-    return [("default", None)] + [(cfg.name, cfg) for cfg in configs + wgmma + par]
+    sm90 = [c for c in SM90_INSTANTIATED if c.group_blocks == 8 and c not in tuned]
+    return [("default", None)] + [(cfg.name, cfg) for cfg in configs + wgmma + par + sm90]
 
 
 def group_size_of(cfg) -> int:

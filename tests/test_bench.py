@@ -203,6 +203,23 @@ def test_shape_sets_are_design_s7():
     assert layers[-1] == shapes.Layer("custom", 0, 4096, 1024)
 
 
+def test_other_models_sets_are_selectable_not_default():
+    """The other models' sets (NOTES.md entry 81) run when named, never by default, and their
+    layers are ones the shipped H200 table does not hold (but llama3-8b's o, llama2-7b's)."""
+    import json
+
+    from marlin_cupy import tune
+    assert not set(shapes.OTHER_SETS) & set(shapes.DEFAULT_SETS)
+    assert shapes.parse_sets("llama3-8b,qwen2.5-0.5b") == ("llama3-8b", "qwen2.5-0.5b")
+    assert shapes.set_shapes("phi3-mini")[0] == (3072, 9216)
+    layers = shapes.resolve_layers(("qwen2.5-7b",), (), 132, 128)
+    assert [(l.set, l.k, l.n) for l in layers][:1] == [("qwen2.5-7b", 3584, 4608)]
+    tuned = {(e["k"], e["n"]) for e in
+             json.loads(tune.shipped_path("NVIDIA H200").read_text())["entries"]}
+    held = [s for v in shapes.OTHER_SETS.values() for s in v if s in tuned]
+    assert held == [(4096, 4096)]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("4096,4096;8192,1024", ((4096, 4096), (8192, 1024))),
     (" 4096 , 4096 ; ", ((4096, 4096),)),

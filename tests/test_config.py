@@ -233,3 +233,90 @@ class TestDispatch:
         assert [m_bucket(m) for m in (1, 8, 9, 16, 17, 48, 49, 64, 65, 128, 129, 192, 193,
                                       4096)] == \
             [8, 8, 16, 16, 32, 48, 64, 64, 128, 128, 192, 192, 1 << 30, 1 << 30]
+
+
+class TestSm90Heuristic:
+    """The compute capability 9.0 heuristic (NOTES.md entry 81): what the dispatch gives a
+    problem the tuned table lacks on H100/H200."""
+
+    ALL_M = (1, 8, 9, 16, 17, 32, 33, 48, 64, 65, 128, 129, 192, 193, 1024)
+
+    def test_the_table_is_the_rule_on_the_shipped_measurements(self):
+        """SM90_HEURISTIC is what tune.heuristic_rule finds in the shipped H200 table's own
+        measurements: a re-tune that moves the winners moves this test, not the dispatch."""
+        import json
+
+        from marlin_cupy import tune
+        from marlin_cupy.config import SM90_HEURISTIC
+        measured = json.loads(tune.shipped_path("NVIDIA H200").read_text())["measurements"]
+        assert tune.heuristic_rule(measured) == SM90_HEURISTIC
+
+    def test_the_rule_scores_by_geometric_mean_and_coverage(self):
+        """On made-up measurements: the config with the smaller geometric mean of slowdowns
+        wins within a tile class, a config measured on fewer layers loses to one measured on
+        all, and excluded names are passed over."""
+        from marlin_cupy import tune
+        a, b, c = ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+                   "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws",
+                   "t256_m4_n16_k8_s3_g8_fp32par_sw8_wg_w32_ws")
+        rows = [dict(m=64, n=n, k=4096, config=cfg, median_us=us)
+                for n, times in ((4096, (10, 11, 5)), (8192, (20, 19, None)))
+                for cfg, us in zip((a, b, c), times) if us is not None]
+        # a: slowdowns 1/1 and 20/19; b: 11/10 and 1 -> a's geometric mean is smaller
+        assert tune.heuristic_rule(rows, exclude={})[64] == (a,)
+        assert tune.heuristic_rule(rows, exclude={a: "test"})[64] == (b,)
+        # c is the fastest on its one layer but is measured on one of two
+        assert c not in tune.heuristic_rule(rows, exclude={})[64]
+
+    @pytest.mark.parametrize("group_size", [32, 64, 128, -1])
+    @pytest.mark.parametrize("has_zp", [False, True])
+    def test_every_choice_is_instantiated_valid_and_fits(self, group_size, has_zp):
+        from marlin_cupy.config import SM90_INSTANTIATED, group_blocks_for
+        from marlin_cupy.ops import check_problem
+        shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (3584, 4608), (896, 1152),
+                  (896, 896), (4864, 896), (3072, 9216), (192, 640), (640, 192), (192, 128)]
+        for k, n in shapes:
+            if group_size != -1 and k % group_size:
+                continue
+            for m in self.ALL_M:
+                cfg = choose_config(m, n, k, group_size, has_zp, cc="90")
+                check_problem(cfg, m, n, k, group_size, has_zp, 232448, "90")
+                assert cfg.group_blocks == group_blocks_for(group_size, k)
+                if cfg != choose_config(m, n, k, group_size, has_zp):
+                    assert cfg in SM90_INSTANTIATED, (m, n, k, cfg.name)
+
+    def test_wgmma_from_9_rows_on_256_wide_tiles(self):
+        """N a multiple of 256, K of 128: wgmma with a producer from 9 rows on. (At 9..16 rows
+        the 128-wide fallback is an mma.sync tile: no 128-wide wgmma tile was measured there.)"""
+        for k, n in [(4096, 6144), (3584, 37888), (18944, 3584), (896, 9728), (3072, 3072)]:
+            for m in self.ALL_M:
+                cfg = choose_config(m, n, k, 128, cc="90")
+                assert cfg.wgmma == (m > 8), (m, n, k, cfg.name)
+                assert cfg.producer == (m > 8)
+
+    def test_fallbacks_by_tile(self):
+        from marlin_cupy.config import SM90_HEURISTIC, KernelConfig
+        first, deep64, wide128 = (KernelConfig.from_name(n).with_(group_blocks=8)
+                                  for n in SM90_HEURISTIC[64])
+        assert choose_config(64, 4096, 4096, 128, cc="90") == first
+        assert choose_config(64, 4096, 4096 + 64, 64, cc="90").with_(group_blocks=8) == deep64
+        assert choose_config(64, 896, 896, 128, cc="90") == wide128
+        # N a multiple of 64 only: no sm_90 tile, the generic heuristic's
+        assert choose_config(64, 64 * 9, 4096, 128, cc="90") == choose_config(64, 64 * 9, 4096, 128)
+
+    @pytest.mark.parametrize("cc", [None, "80", "86", "89", "100", "120"])
+    def test_other_devices_keep_the_generic_heuristic(self, cc):
+        for m in self.ALL_M:
+            cfg = choose_config(m, 6144, 4096, 128, cc=cc)
+            assert not cfg.wgmma and not cfg.producer and cfg == choose_config(m, 6144, 4096, 128)
+
+    def test_the_tuned_table_comes_first(self):
+        for m in self.ALL_M:
+            assert choose_config(m, 57344, 8192, 128, device_name="NVIDIA H200", cc="90") == \
+                choose_config(m, 57344, 8192, 128, device_name="NVIDIA H200")
+
+    def test_shared_memory_short_takes_fewer_stages(self):
+        cfg = choose_config(64, 4096, 4096, 128, cc="90")
+        small = choose_config(64, 4096, 4096, 128, cc="90",
+                              smem_limit=cfg.with_(stages=4).smem_bytes(False))
+        assert small == cfg.with_(stages=4)

@@ -12,11 +12,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import marlin_cupy as mc
 from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, INSTANTIATED,
                                 MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES, PRODUCER_EXAMPLES,
-                                TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, KernelConfig, tuned_instances,
-                                wide_twin)
+                                SM90_INSTANTIATED, TOP_SUM_EXAMPLES, WGMMA_EXAMPLES, KernelConfig,
+                                tuned_instances, wide_twin)
 
-#: Every config the default dispatch can pick: the instantiated table and the tuned tables.
-DISPATCHABLE = tuple(INSTANTIATED) + tuple(c for cs in tuned_instances().values() for c in cs)
+#: Every config the default dispatch can pick: the instantiated table, the compute capability
+#: 9.0 heuristic's and the tuned tables' (each once).
+DISPATCHABLE = tuple(dict.fromkeys(tuple(INSTANTIATED) + tuple(SM90_INSTANTIATED)
+                                   + tuple(c for cs in tuned_instances().values() for c in cs)))
 #: ... and the wgmma examples that no table uses (each config is tested once).
 WGMMA_EXTRA = tuple(c for c in WGMMA_EXAMPLES if c not in DISPATCHABLE)
 #: ... and the parallel-reduction examples, each also checked against its serial twin.

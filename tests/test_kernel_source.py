@@ -116,8 +116,9 @@ def test_producer_register_split_follows_the_kernel(monkeypatch):
 
 
 def _pdl_cases():
-    """Every kind of instance a pdl=True launch can run: the shipped H200 table's configs and
-    the examples of each path (producer, run-time hand-out, per-channel...)."""
+    """Every kind of instance a pdl=True launch can run: the shipped H200 table's configs, the
+    compute capability 9.0 heuristic's (group 128) and the examples of each path (producer,
+    run-time hand-out, per-channel...)."""
     import json
 
     from marlin_cupy import config, tune
@@ -125,6 +126,7 @@ def _pdl_cases():
     names = {e["config"] for e in entries}
     names |= {c.name for c in config.WGMMA_EXAMPLES + config.PARALLEL_REDUCE_EXAMPLES +
               config.MMA_PRODUCER_EXAMPLES + config.DYN_EXAMPLES}
+    names |= {c.name for c in config.SM90_INSTANTIATED if c.group_blocks == 8}
     return sorted(names)
 
 
