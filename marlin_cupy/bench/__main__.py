@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"comma-separated shape sets from {', '.join(shapes.SET_NAMES)} "
                            f"(default: all, unless --shapes is given)")
     what.add_argument("--shapes", type=_typed(shapes.parse_shapes, "shapes"), default=(),
-                      help='custom K,N pairs separated by ";", e.g. "4096,4096;8192,1024" (set "custom")')
+                      help='custom K,N pairs separated by ";", e.g. "4096,4096;8192,1024", or the '
+                           f'name of another model\'s block ({", ".join(shapes.OTHER_SETS)}) '
+                           '(set "custom")')
     what.add_argument("--batches", type=_typed(shapes.parse_batches, "batches"),
                       default=shapes.DEFAULT_BATCHES,
                       help="comma-separated batch sizes M (default: 1,2,4,...,1024)")

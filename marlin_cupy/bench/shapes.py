@@ -15,7 +15,8 @@ SHAPE_SETS = {
 }
 #: Blocks of other models, each with layers that the shipped H200 table does not hold (it was
 #: tuned on the llama2 sets): what the dispatch's heuristics give their users (NOTES.md entry
-#: 81). Selectable by name, not in the default sweep. llama3-8b: GQA qkv, o (llama2-7b's
+#: 81). The probe scripts take them as sets (``set_shapes``); the benchmark as custom shapes
+#: (``--shapes llama3-8b``: its records name only DESIGN.md s.8's sets). llama3-8b: GQA qkv, o (llama2-7b's
 #: 4096x4096, in the table), gate+up, down; qwen2.5-7b and -0.5b: GQA qkv with biases
 #: dropped, o, gate+up, down (0.5b's 896 and 1152 are no multiples of 256); phi3-mini.
 OTHER_SETS = {
@@ -24,14 +25,13 @@ OTHER_SETS = {
     "phi3-mini": ((3072, 9216), (3072, 3072), (3072, 16384), (8192, 3072)),
     "qwen2.5-0.5b": ((896, 1152), (896, 896), (896, 9728), (4864, 896)),
 }
-#: Every fixed set by name.
+#: Every fixed set by name (the probe scripts' ``--sets``).
 ALL_SETS = {**SHAPE_SETS, **OTHER_SETS}
 IDEAL = "ideal"
 CUSTOM = "custom"
-#: Sets selectable by name, in the order the report lists them.
-SET_NAMES = (*SHAPE_SETS, IDEAL, *OTHER_SETS)
-#: What the benchmark measures by default: issue 5's sets and the ideal layer.
-DEFAULT_SETS = (*SHAPE_SETS, IDEAL)
+#: Sets the benchmark selects by name, in the order the report lists them.
+SET_NAMES = (*SHAPE_SETS, IDEAL)
+DEFAULT_SETS = SET_NAMES
 DEFAULT_BATCHES = tuple(2 ** i for i in range(11))      # 1, 2, 4, ..., 1024
 DEFAULT_GROUP_SIZE = 128
 GROUP_SIZES = (32, 64, 128, -1)                          # weights.SUPPORTED_GROUP_SIZES
@@ -76,7 +76,10 @@ def parse_batches(text: str) -> tuple:
 
 
 def parse_shapes(text: str) -> tuple:
-    """``"4096,4096;8192,1024"`` -> ``((4096, 4096), (8192, 1024))``: ``K,N`` pairs separated by ``;``."""
+    """``"4096,4096;8192,1024"`` -> ``((4096, 4096), (8192, 1024))``: ``K,N`` pairs separated by ``;``,
+    or the name of one of ``OTHER_SETS`` for its layers."""
+    if str(text).strip() in OTHER_SETS:
+        return OTHER_SETS[str(text).strip()]
     pairs = [p.strip() for p in str(text).split(";") if p.strip()]
     if not pairs:
         raise ValueError(f"expected K,N pairs separated by ';' (e.g. \"4096,4096;8192,1024\"), "
@@ -136,7 +139,7 @@ def resolve_layers(sets, custom, sms: int, group_size: int) -> list:
     """The layers of the named sets (``ideal`` from the SM count) followed by the custom shapes."""
     layers = []
     for name in sets:
-        shapes = (ideal_shape(sms),) if name == IDEAL else ALL_SETS[name]
+        shapes = (ideal_shape(sms),) if name == IDEAL else SHAPE_SETS[name]
         layers += [Layer(name, i, k, n) for i, (k, n) in enumerate(shapes)]
     layers += [Layer(CUSTOM, i, k, n) for i, (k, n) in enumerate(custom or ())]
     for layer in layers:
