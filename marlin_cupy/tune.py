@@ -199,16 +199,20 @@ HEURISTIC_EXCLUDED = {
                                               "per-channel scales",
 }
 
-#: The tile classes of the sm_90 heuristic, in the order it tries them: (tile_n, tile_k), 0 for
-#: any. A problem whose K is no multiple of 128 takes the second, one whose N is no multiple of
-#: 256 the third.
-HEURISTIC_TILES = ((256, 128), (256, 64), (128, 0))
+#: The tile classes of the sm_90 heuristic, in the order it tries them: (tile_n, tile_k, only
+#: the parallel reduction), tile_k 0 for any. A problem whose K is no multiple of 128 takes the
+#: second, one whose N is no multiple of 256 the third. That N is in practice a small model's
+#: (896, 1152: every column shared by many CTAs), where the serial chain took 2-4x the time
+#: of the parallel reduction (NOTES.md entry 81, ``n128_candidates``), so the third class
+#: takes only ``fp32par`` configs.
+HEURISTIC_TILES = ((256, 128, False), (256, 64, False), (128, 0, True))
 
 
 def heuristic_rule(measurements, exclude=HEURISTIC_EXCLUDED) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
-    at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES``, the config with the
+    at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
+    parallel reduction where the class asks for it), the config with the
     smallest geometric mean of its slowdowns against each layer's fastest config, among those
     measured on the most layers (every layer where any is). Names are the g128 ones; a class
     with no candidate is left out. Returns {bucket: (name, ...)}."""
@@ -224,12 +228,13 @@ def heuristic_rule(measurements, exclude=HEURISTIC_EXCLUDED) -> dict:
             continue
         best = {key: min(t.values()) for key, t in layers.items()}
         names = []
-        for tile_n, tile_k in HEURISTIC_TILES:
+        for tile_n, tile_k, par_only in HEURISTIC_TILES:
             scored = {}
             for key, t in layers.items():
                 for name, us in t.items():
                     cfg = KernelConfig.from_name(name)
-                    if name in exclude or cfg.tile_n != tile_n or (tile_k and cfg.tile_k != tile_k):
+                    if name in exclude or cfg.tile_n != tile_n or (tile_k and cfg.tile_k != tile_k) \
+                            or (par_only and not cfg.parallel_reduce):
                         continue
                     scored.setdefault(name, []).append(math.log(us / best[key]))
             if scored:

@@ -267,6 +267,11 @@ class TestSm90Heuristic:
         assert tune.heuristic_rule(rows, exclude={a: "test"})[64] == (b,)
         # c is the fastest on its one layer but is measured on one of two
         assert c not in tune.heuristic_rule(rows, exclude={})[64]
+        # the 128-wide class takes the parallel reduction only, however fast a serial one is
+        serial, par = "t256_m4_n8_k8_s8_g8_fp32_sw8_wg_w16_ws", "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws"
+        rows += [dict(m=64, n=4096, k=4096, config=serial, median_us=1),
+                 dict(m=64, n=4096, k=4096, config=par, median_us=50)]
+        assert tune.heuristic_rule(rows, exclude={})[64][-1] == par
 
     @pytest.mark.parametrize("group_size", [32, 64, 128, -1])
     @pytest.mark.parametrize("has_zp", [False, True])
