@@ -16,6 +16,12 @@ target (``ours / target - 1``: -10 % means B would have to take 10 % less time),
 A/B of a measurement build (no math, no memory waits: ``MARLIN_PROBE`` 1 and 16) says at once
 whether removing that part alone would reach the target (NOTES.md entry 80). The record is
 another run than the A/B; the column compares changes, not times.
+
+``--fp16 BENCH.json [BENCH.json ...]`` (benchmark records, custom shapes included) adds each
+side's summed speedup over the best FP16 GEMM of those records (the rows' ``baseline_us``,
+summed over the set's layers where every layer has one at that M): what A and B would show in
+the benchmark's headline (NOTES.md entry 81: the two heuristics on other models' blocks). The
+FP16 times come from another run than the A/B's.
 """
 from __future__ import annotations
 
@@ -70,7 +76,26 @@ def _group(record) -> str:
     return "" if g in (None, 128) else ", per-channel scales" if g == -1 else f", group size {g}"
 
 
-def render(path, record, sums, need=None):
+def fp16_times(benches) -> dict:
+    """{(k, n, m): the best FP16 GEMM's median_us} from the ``marlin`` rows of benchmark
+    records (their ``baseline_us``), the first record that has the layer winning."""
+    out = {}
+    for rec in benches:
+        for r in rec["rows"]:
+            if r.get("label", r.get("provider")) == "marlin" and r.get("baseline_us"):
+                out.setdefault((r["k"], r["n"], r["m"]), r["baseline_us"])
+    return out
+
+
+def fp16_sums(sets, fp16) -> dict:
+    """{(set, m): summed FP16 time} where every layer of the set has one at that M."""
+    ms = {m for (_, _, m) in fp16}
+    return {(name, m): sum(fp16[(k, n, m)] for k, n in layers)
+            for name, layers in sets.items() for m in ms
+            if all((k, n, m) in fp16 for k, n in layers)}
+
+
+def render(path, record, sums, need=None, fp16=None):
     lines = [f"## `{path}`", "",
              f"A: `{record.get('define') or record.get('variant') or record.get('table_a')}`, "
              f"B: `{record.get('base_define') or _b_label(record)}`; kernel "
@@ -78,14 +103,19 @@ def render(path, record, sums, need=None):
              f"table {str(record.get('table_commit', '?'))[:12]}"
              f"{', zero points' if record.get('zero_points') else ''}"
              f"{_group(record)}.", "",
-             "| set | M | B (µs) | A (µs) | A against B |" + (" the target needs |" if need else ""),
-             "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if need else "")]
+             "| set | M | B (µs) | A (µs) | A against B |" + (" the target needs |" if need else "")
+             + (" B over FP16 | A over FP16 |" if fp16 is not None else ""),
+             "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if need else "")
+             + (" ---: | ---: |" if fp16 is not None else "")]
     for (name, m), (a, b) in sorted(sums.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         cell = ""
         if need is not None:
             t = need.get((name, m))
             cell = (" met |" if t is not None and t >= 0 else
                     f" {100 * t:+.1f} % |" if t is not None else " - |")
+        if fp16 is not None:
+            f = fp16.get((name, m))
+            cell += (f" {f / b:.2f}x | {f / a:.2f}x |" if f is not None else " - | - |")
         lines.append(f"| {name} | {m} | {b:.1f} | {a:.1f} | {100 * (a / b - 1):+.1f} % |{cell}")
     return "\n".join(lines) + "\n"
 
@@ -95,16 +125,19 @@ def main(argv=None) -> int:
     p.add_argument("records", nargs="+")
     p.add_argument("--out")
     p.add_argument("--bench", help="a benchmark record: add what issue 5's target asks of B")
+    p.add_argument("--fp16", nargs="+", default=[], metavar="BENCH",
+                   help="benchmark records: add A's and B's summed speedup over their FP16")
     a = p.parse_args(argv)
     need = needs(read_json(a.bench)) if a.bench else None
     from marlin_cupy.bench.shapes import ALL_SETS
+    fp16 = fp16_sums(ALL_SETS, fp16_times([read_json(b) for b in a.fp16])) if a.fp16 else None
     parts = []
     for path in a.records:
         record = read_json(path)        # a .json.gz too
         sums = set_sums(record["rows"], ALL_SETS)
         if not sums:
             p.error(f"{path}: no set has a dispatched row for each of its layers")
-        parts.append(render(path, record, sums, need))
+        parts.append(render(path, record, sums, need, fp16))
     text = "\n".join(parts)
     print(text, end="")
     if a.out:

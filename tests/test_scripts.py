@@ -595,7 +595,7 @@ def test_ab_sets_bench_column_says_what_the_target_asks_of_b(tmp_path):
     speedup: 'met' where the record already meets the target, the needed change elsewhere."""
     import json
     ab = _load("ab_sets")
-    bench = ROOT / "benchmarks/results/2026-12-01_h200_9cc2e56/2026-12-01_nvidia-h200_bench.json"
+    bench = ROOT / "benchmarks/results/2026-12-01_h200_9cc2e56/2026-12-01_nvidia-h200_bench.json.gz"
     from marlin_cupy.records import read_json
     need = ab.needs(read_json(bench))
     assert need[("llama2-70b", 128)] >= 0 and need[("llama2-7b", 1)] < -0.2
@@ -637,3 +637,29 @@ def test_tma_probe_checksum_weights_each_word_by_its_place():
                 o = j * tp.CONSUMERS + np.arange(tp.CONSUMERS)
                 seen[kt * tp.BOX_Y + o // tp.BOX_X, n_tile * tp.BOX_X + o % tp.BOX_X] += 1
     assert (seen == 1).all()
+
+
+def test_ab_sets_fp16_columns_divide_the_records_fp16_by_each_side(tmp_path):
+    """--fp16: each side's summed speedup over the benchmark records' best FP16 GEMM
+    (baseline_us of the marlin rows), only where every layer of the set has one."""
+    import json
+    ab = _load("ab_sets")
+    from marlin_cupy.bench.shapes import OTHER_SETS
+    layers = OTHER_SETS["phi3-mini"]
+    rows = [dict(k=k, n=n, m=m, a_us=4.0, b_us=2.0, dispatch=True) for k, n in layers
+            for m in (1, 64)]
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"table_a": "generic", "rows": rows}))
+    bench = [dict(set="custom", provider="marlin", label="marlin", k=k, n=n, m=m,
+                  median_us=2.0, baseline_us=3.0) for k, n in layers for m in (1, 64)]
+    bench += [dict(set="custom", provider="marlin", label="marlin[x]", k=k, n=n, m=1,
+                   median_us=1.0, baseline_us=99.0) for k, n in layers]
+    del bench[-len(layers) - 1]          # M = 64 of the last layer: no FP16 there
+    bpath = tmp_path / "bench.json"
+    bpath.write_text(json.dumps({"kind": "bench", "rows": bench}))
+    out = tmp_path / "s.md"
+    assert ab.main([str(path), "--fp16", str(bpath), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| phi3-mini | 1 | 8.0 | 16.0 | +100.0 % | 1.50x | 0.75x |" in text
+    assert "| phi3-mini | 64 | 8.0 | 16.0 | +100.0 % | - | - |" in text
+    assert "what matmul dispatches" in text
