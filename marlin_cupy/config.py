@@ -379,8 +379,9 @@ INSTANTIATED = _instantiated()
 
 
 #: sm_90a wgmma configs, one per structural case, compiled by CI for sm_90a and run by the GPU
-#: tests. The heuristic never picks wgmma; the tuner measures it at every M bucket (compute
-#: capability 9.0), and the shipped H200 table uses it where it won (NOTES.md entries 10, 11).
+#: tests. The generic heuristic never picks wgmma; the tuner measures it at every M bucket
+#: (compute capability 9.0), the shipped H200 table uses it where it won (NOTES.md entries 10,
+#: 11), and the sm_90 heuristic (``SM90_HEURISTIC``) where the table has no entry (entry 81).
 WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg", "t256_m4_n16_k8_s3_gc_fp32_sw8_wg",
     "t256_m4_n16_k8_s4_g2_fp16_sw8_wg", "t256_m4_n16_k8_s4_g4_fp32_sw8_wg",
