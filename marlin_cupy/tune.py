@@ -522,10 +522,11 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
 
 
 def main(argv=None) -> int:
-    from .bench.shapes import set_shapes
+    from .bench.shapes import ALL_SETS, set_shapes
     p = argparse.ArgumentParser(prog="python -m marlin_cupy.tune", description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b",
-                   help="comma-separated shape sets to tune")
+                   help=f"comma-separated shape sets to tune, from {', '.join(ALL_SETS)} "
+                        f"(default: the three llama2 sets)")
     p.add_argument("--shapes", default="", help='extra "K,N;K,N" layers')
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--out", help="write the table here (default: the user cache)")
