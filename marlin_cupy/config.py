@@ -538,16 +538,16 @@ def _heuristic_shape(n: int, k: int):
 #: geometric mean of slowdowns against each layer's best (within 2-5 % of the best at every
 #: bucket; the generic heuristic below is 23 % slower there at M = 9..16 and 59-117 % from
 #: M = 64 on; benchmarks/NOTES.md entry 81), then the same bucket's best 64-deep tile (K not a
-#: multiple of 128), then its best 128-wide one with the parallel reduction (N not a multiple
-#: of 256: small models' layers, whose columns have many sharers): what
+#: multiple of 128), then its best 128-wide one at most 128 deep with the parallel reduction
+#: (N not a multiple of 256: small models' layers, whose columns have many sharers): what
 #: ``tune.heuristic_rule`` finds in the shipped measurements (a test holds the two equal). Written with g8 (group size 128): ``sm90_choice`` puts the problem's group
 #: in. Where none fits, the generic heuristic decides. Every config these lists can produce
 #: is compiled for sm_90a by CI without spills and run by the GPU tests (``SM90_INSTANTIATED``).
 SM90_HEURISTIC = {
     8: ("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb", "t128_m1_n16_k4_s4_g8_fp32par_sw1_wg_ws_b2",
-        "t256_m1_n8_k16_s6_g8_fp32par_sw1"),
+        "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb"),
     16: ("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2", "t128_m1_n16_k4_s4_g8_fp32par_sw2_wg_ws_b2",
-         "t256_m1_n8_k16_s6_g8_fp32par"),
+         "t256_m1_n8_k8_s8_g8_fp32par_sw2_eb"),
     32: ("t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2", "t128_m2_n16_k4_s6_g8_fp32par_sw4_wg_ws_b2",
          "t256_m2_n8_k8_s8_g8_fp32par_sw4_wg_w16_ws"),
     48: ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws",

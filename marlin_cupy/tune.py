@@ -190,32 +190,33 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
-#: Configs the sm_90 heuristic's rule (``heuristic_rule``) passes over: they spill registers at
-#: some group size or with zero points (sm_90, NVRTC 12/13), which CI refuses for anything the
-#: dispatch can pick, though the tuner measured them at g128.
-HEURISTIC_EXCLUDED = {
-    "t256_m1_n8_k16_s3_g8_fp32par_sw1_b2": "spills 28 bytes with per-channel scales",
-    "t256_m1_n8_k16_s3_g8_fp32par_sw1_eb_b2": "spills 16-40 bytes with zero points or "
-                                              "per-channel scales",
-}
+def heuristic_passes_over(cfg: KernelConfig) -> bool:
+    """Whether the sm_90 heuristic's rule (``heuristic_rule``) leaves ``cfg`` out whatever it
+    measured: ``mma.sync`` tiles of 256 threads with two CTAs per SM, held to 128 registers,
+    spill at some group size or with zero points (sm_90, NVRTC 13: ten such tiles that the
+    tuner measured at g128 spill 16-168 bytes at g32, g64 or per-channel; NOTES.md entry 81),
+    which CI refuses for anything the dispatch can pick."""
+    return not cfg.wgmma and cfg.blocks_per_sm == 2 and cfg.launch_threads >= 256
 
-#: The tile classes of the sm_90 heuristic, in the order it tries them: (tile_n, tile_k, only
-#: the parallel reduction), tile_k 0 for any. A problem whose K is no multiple of 128 takes the
+#: The tile classes of the sm_90 heuristic, in the order it tries them: (tile_n, the tile_k it
+#: allows, only the parallel reduction). A problem whose K is no multiple of 128 takes the
 #: second, one whose N is no multiple of 256 the third. That N is in practice a small model's
 #: (896, 1152: every column shared by many CTAs), where the serial chain took 2-4x the time
 #: of the parallel reduction (NOTES.md entry 81, ``n128_candidates``), so the third class
-#: takes only ``fp32par`` configs.
-HEURISTIC_TILES = ((256, 128, False), (256, 64, False), (128, 0, True))
+#: takes only ``fp32par`` configs; and its K too is often no multiple of 256 (896), so its
+#: tiles are at most 128 deep.
+HEURISTIC_TILES = ((256, (128,), False), (256, (64,), False), (128, (64, 128), True))
 
 
-def heuristic_rule(measurements, exclude=HEURISTIC_EXCLUDED) -> dict:
+def heuristic_rule(measurements, exclude=()) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
     at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
     parallel reduction where the class asks for it), the config with the
     smallest geometric mean of its slowdowns against each layer's fastest config, among those
-    measured on the most layers (every layer where any is). Names are the g128 ones; a class
-    with no candidate is left out. Returns {bucket: (name, ...)}."""
+    measured on the most layers (every layer where any is), but those named in ``exclude`` and
+    those ``heuristic_passes_over``. Names are the g128 ones; a class with no candidate is left
+    out. Returns {bucket: (name, ...)}."""
     import math
     times = {}          # (m, n, k) -> {config: median_us}
     for r in measurements:
@@ -228,13 +229,14 @@ def heuristic_rule(measurements, exclude=HEURISTIC_EXCLUDED) -> dict:
             continue
         best = {key: min(t.values()) for key, t in layers.items()}
         names = []
-        for tile_n, tile_k, par_only in HEURISTIC_TILES:
+        for tile_n, tile_ks, par_only in HEURISTIC_TILES:
             scored = {}
             for key, t in layers.items():
                 for name, us in t.items():
                     cfg = KernelConfig.from_name(name)
-                    if name in exclude or cfg.tile_n != tile_n or (tile_k and cfg.tile_k != tile_k) \
-                            or (par_only and not cfg.parallel_reduce):
+                    if name in exclude or cfg.tile_n != tile_n or cfg.tile_k not in tile_ks \
+                            or (par_only and not cfg.parallel_reduce) \
+                            or heuristic_passes_over(cfg):
                         continue
                     scored.setdefault(name, []).append(math.log(us / best[key]))
             if scored:

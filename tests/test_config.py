@@ -273,6 +273,23 @@ class TestSm90Heuristic:
                  dict(m=64, n=4096, k=4096, config=par, median_us=50)]
         assert tune.heuristic_rule(rows, exclude={})[64][-1] == par
 
+    def test_register_capped_mma_tiles_are_passed_over(self):
+        """Two CTAs of 256 mma.sync threads per SM (128 registers) spill at some group size:
+        the rule never takes them, however fast at g128; wgmma ones with two CTAs it may."""
+        from marlin_cupy import tune
+        from marlin_cupy.config import SM90_INSTANTIATED
+        passed = tune.heuristic_passes_over
+        assert passed(KernelConfig.from_name("t256_m1_n8_k8_s4_g8_fp32par_sw1_b2"))
+        assert passed(KernelConfig.from_name("t256_m1_n8_k16_s3_g8_fp32par_sw1_eb_b2"))
+        assert not passed(KernelConfig.from_name("t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"))
+        assert not passed(KernelConfig.from_name("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb"))
+        assert not any(passed(c) for c in SM90_INSTANTIATED)
+        fast = "t256_m1_n8_k8_s4_g8_fp32par_sw1_b2"
+        rows = [dict(m=8, n=896, k=896, config=fast, median_us=1.0),
+                dict(m=8, n=896, k=896, config="t256_m1_n8_k8_s6_g8_fp32par_sw1_eb",
+                     median_us=2.0)]
+        assert tune.heuristic_rule(rows)[8] == ("t256_m1_n8_k8_s6_g8_fp32par_sw1_eb",)
+
     @pytest.mark.parametrize("group_size", [32, 64, 128, -1])
     @pytest.mark.parametrize("has_zp", [False, True])
     def test_every_choice_is_instantiated_valid_and_fits(self, group_size, has_zp):
