@@ -304,6 +304,30 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     return out
 
 
+def into_cache(table: dict, path: Path, shapes, buckets) -> tuple:
+    """``(what to write over the user cache at path, a line saying what became of it)``: a
+    table tuned without ``--out`` joins what the cache already holds for the same device and
+    group size (its other layers and buckets kept, the tuned ones replaced: ``merge_tables``),
+    so that tuning one model after another keeps both; a cache of another device or group size,
+    or one that cannot be read, is replaced (a cache holds one group size)."""
+    if not path.is_file():
+        return table, "a new cache"
+    try:
+        old = json.loads(path.read_text())
+        old_gs = {e["group_size"] for e in old["entries"]}
+        old["measurements"]
+    except (ValueError, KeyError, TypeError):
+        return table, "replaced a cache that could not be read"
+    new_gs = {e["group_size"] for e in table["entries"]}
+    if old.get("device_name") != table.get("device_name") or old_gs != new_gs:
+        return table, (f"replaced the cache's table for {old.get('device_name')!r} at group "
+                       f"size(s) {sorted(old_gs)} (a cache holds one device and group size; "
+                       f"tune with --out to keep another)")
+    merged = merge_tables(old, table, shapes, buckets)
+    kept = len(merged["entries"]) - len(table["entries"])
+    return merged, f"kept the cache's {kept} other entries"
+
+
 def stored_incumbents(table: dict):
     """``(incumbents, keep_within)`` of a table merged with ``--keep-within`` (else None, 0)."""
     merged = table.get("merged") or {}
@@ -531,7 +555,8 @@ def main(argv=None) -> int:
                         f"(default: the three llama2 sets)")
     p.add_argument("--shapes", default="", help='extra "K,N;K,N" layers')
     p.add_argument("--group-size", type=int, default=128)
-    p.add_argument("--out", help="write the table here (default: the user cache)")
+    p.add_argument("--out", help="write the table here (default: the user cache, joined to "
+                                 "what it holds for this device and group size)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--wgmma", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the sm_90a wgmma configs (cc 9.0 only; "
@@ -634,10 +659,14 @@ def main(argv=None) -> int:
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])
+    note = ""
+    if not a.out and base is None:
+        table, note = into_cache(table, out, shapes, buckets)
+        note = f" ({note})"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1))
     load_table.cache_clear()
-    print(f"wrote {len(table['entries'])} tuned entries to {out}")
+    print(f"wrote {len(table['entries'])} tuned entries to {out}{note}")
     return 0
 
 

@@ -272,6 +272,35 @@ class TestPartialRetune:
         assert "reselected" not in out   # the merged table must be reselected again
         assert base == snapshot   # the base table is not modified
 
+    def test_tuning_into_the_cache_keeps_its_other_layers(self, tmp_path):
+        """Without --out, a model tuned after another joins the cache (same device and group
+        size: the other layers kept, the tuned ones replaced); a cache of another group size or
+        device, or an unreadable one, is replaced, and the line says so."""
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        first = self._table("first", [
+            {"n": 4096, "k": 4096, "m": 16, "config": a, "median_us": 5.0},
+            {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 20.0}])
+        second = self._table("second", [
+            {"n": 8192, "k": 8192, "m": 16, "config": b, "median_us": 19.0},
+            {"n": 6144, "k": 4096, "m": 16, "config": b, "median_us": 7.0}])
+        path = tmp_path / "cache.json"
+        assert tune.into_cache(second, path, [], M_BUCKETS) == (second, "a new cache")
+        path.write_text(json.dumps(first))
+        table, note = tune.into_cache(second, path, [(8192, 8192), (4096, 6144)], M_BUCKETS)
+        by = {(e["n"], e["k"]): e["config"] for e in table["entries"]}
+        assert by == {(4096, 4096): a, (8192, 8192): b, (6144, 4096): b}
+        assert note == "kept the cache's 1 other entries"
+        other_gs = dict(first, entries=[dict(e, group_size=64) for e in first["entries"]])
+        path.write_text(json.dumps(other_gs))
+        table, note = tune.into_cache(second, path, [(8192, 8192)], M_BUCKETS)
+        assert table is second and "group size(s) [64]" in note and "--out" in note
+        path.write_text(json.dumps(dict(first, device_name="NVIDIA H100")))
+        assert tune.into_cache(second, path, [], M_BUCKETS)[0] is second
+        path.write_text("{not json")
+        assert tune.into_cache(second, path, [], M_BUCKETS) == (
+            second, "replaced a cache that could not be read")
+
     def test_merge_keeps_the_incumbent_within_the_margin(self, tmp_path):
         """--keep-within: a winner by less than the margin does not replace the base table's
         config; one by more does; the rule is stored and --reselect applies it again."""
