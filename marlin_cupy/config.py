@@ -540,9 +540,10 @@ def _heuristic_shape(n: int, k: int):
 #: M = 64 on; benchmarks/NOTES.md entry 81), then the same bucket's best 64-deep tile (K not a
 #: multiple of 128), then its best 128-wide one at most 128 deep with the parallel reduction
 #: (N not a multiple of 256: small models' layers, whose columns have many sharers): what
-#: ``tune.heuristic_rule`` finds in the shipped measurements (a test holds the two equal). Written with g8 (group size 128): ``sm90_choice`` puts the problem's group
-#: in. Where none fits, the generic heuristic decides. Every config these lists can produce
-#: is compiled for sm_90a by CI without spills and run by the GPU tests (``SM90_INSTANTIATED``).
+#: ``tune.heuristic_rule`` finds in the shipped measurements (a test holds the two equal).
+#: Written with g8 (group size 128): ``sm90_choice`` puts the problem's group in. Where none
+#: fits, the generic heuristic decides. Every config these lists can produce is compiled by CI
+#: for sm_90 (sm_90a for wgmma) without spills and run by the GPU tests (``SM90_INSTANTIATED``).
 SM90_HEURISTIC = {
     8: ("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb", "t128_m1_n16_k4_s4_g8_fp32par_sw1_wg_ws_b2",
         "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb"),
