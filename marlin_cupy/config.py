@@ -564,11 +564,9 @@ SM90_HEURISTIC = {
 }
 
 
-def _with_group(cfg: KernelConfig, group_blocks: int, has_zp: bool,
-                smem_limit: int) -> KernelConfig | None:
-    """``cfg`` with the problem's group blocks, at its stages or as many fewer as shared memory
-    needs (not below what its loop allows), or None where it is invalid."""
-    cfg = cfg.with_(group_blocks=group_blocks)
+def _fit_stages(cfg: KernelConfig, has_zp: bool, smem_limit: int) -> KernelConfig | None:
+    """``cfg`` at its stages or as many fewer as shared memory needs (not below what its loop
+    allows), or None where no depth makes it valid."""
     for s in range(cfg.stages, 1, -1):
         c = cfg.with_(stages=s)
         if not c.problems() and c.smem_bytes(has_zp) <= smem_limit:
@@ -582,9 +580,9 @@ def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
     its bucket's configs fits N, K and shared memory."""
     gb = group_blocks_for(group_size, k)
     for name in SM90_HEURISTIC[m_bucket(m)]:
-        cfg = _with_group(KernelConfig.from_name(name), gb, has_zp, smem_limit)
-        if cfg is not None and n % cfg.tile_n == 0 and k % cfg.tile_k == 0 \
-                and (cfg.max_m is None or m <= cfg.max_m):
+        cfg = _fit_stages(KernelConfig.from_name(name).with_(group_blocks=gb), has_zp, smem_limit)
+        cfg = fit_tuned(cfg, m, n, k, has_zp, smem_limit)    # N, K and M as for a table entry
+        if cfg is not None:
             return cfg
     return None
 
@@ -595,7 +593,8 @@ def _sm90_instantiated() -> tuple:
         for name in names:
             for g in GROUP_BLOCKS:
                 for zp in (False, True):
-                    c = _with_group(KernelConfig.from_name(name), g, zp, 232448)
+                    c = _fit_stages(KernelConfig.from_name(name).with_(group_blocks=g), zp,
+                                    232448)
                     if c is not None:
                         cfgs.add(c)
     return tuple(sorted(cfgs, key=lambda c: c.name))
@@ -655,11 +654,7 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
     # Up to 8 rows, weights as the MMA's A operand: half the MMAs (on the H200, 8-18 % faster
     # than the same tile unswapped on every llama2 layer; benchmarks/NOTES.md).
     swap = 1 if m <= 8 else 0
-    cfg = KernelConfig(threads, mb, nb, kb, 2, group_blocks_for(group_size, k), True,
-                       swap_ab=swap)
-    stages = 2
-    for s in range(HEURISTIC_STAGES, 1, -1):
-        if cfg.with_(stages=s).smem_bytes(has_zp) <= smem_limit:
-            stages = s
-            break
-    return cfg.with_(stages=stages).validate(smem_limit, has_zp)
+    cfg = KernelConfig(threads, mb, nb, kb, HEURISTIC_STAGES, group_blocks_for(group_size, k),
+                       True, swap_ab=swap)
+    return (_fit_stages(cfg, has_zp, smem_limit) or cfg.with_(stages=2)).validate(smem_limit,
+                                                                                  has_zp)

@@ -105,9 +105,11 @@ def config_targets():
     tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tuned_instances().items()
              for cfg in cfgs for zp in (False, True)]
     wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
-    # What the compute capability 9.0 heuristic dispatches (sm_90, sm_90a for wgmma).
+    # What the compute capability 9.0 heuristic dispatches (sm_90, sm_90a for wgmma) beyond
+    # the tuned tables (compiled above).
+    in_tables = {c for cs in tuned_instances().values() for c in cs}
     sm90 = [target(cfg, zp, ("sm_90" + cfg.arch_suffix,)) for cfg in SM90_INSTANTIATED
-            for zp in (False, True)]
+            if cfg not in in_tables for zp in (False, True)]
     par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
            for zp in (False, True)]
     # The producer warpgroup waits with mbarrier.try_wait: sm_90 only.
@@ -135,7 +137,7 @@ def config_targets():
         for cfg in cfgs for zp in (False, True)]
     return targets + tuned + sm90 + wg + par + pdl, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
-        f"{len(sm90) // 2} of the sm_90 heuristic, "
+        f"{len(sm90) // 2} more of the sm_90 heuristic, "
         f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction, "
         f"mma.sync producer, run-time hand-out and early-bottom examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")

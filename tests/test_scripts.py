@@ -404,6 +404,15 @@ def test_tune_classes_best_per_class_and_first_match_wins(tmp_path, capsys):
         tc.main([str(path), "--class", "others=x"])
 
 
+def _ab_sets_text(tmp_path, record, *args) -> str:
+    """ab_sets.py's markdown for one A/B ``record`` written to a file, with ``args`` added."""
+    import json
+    path, out = tmp_path / "ab.json", tmp_path / "s.md"
+    path.write_text(json.dumps(record))
+    assert _load("ab_sets").main([str(path), *args, "--out", str(out)]) == 0
+    return out.read_text()
+
+
 def test_ab_sets_sums_dispatched_rows_of_complete_sets(tmp_path):
     import json
     ab = _load("ab_sets")
@@ -593,7 +602,6 @@ def test_ceiling_table_takes_the_larger_floor_per_layer_and_reads_targets():
 def test_ab_sets_bench_column_says_what_the_target_asks_of_b(tmp_path):
     """--bench adds ours / target - 1 per set and M from a benchmark record's own summed
     speedup: 'met' where the record already meets the target, the needed change elsewhere."""
-    import json
     ab = _load("ab_sets")
     bench = ROOT / "benchmarks/results/2026-12-01_h200_9cc2e56/2026-12-01_nvidia-h200_bench.json.gz"
     from marlin_cupy.records import read_json
@@ -606,11 +614,7 @@ def test_ab_sets_bench_column_says_what_the_target_asks_of_b(tmp_path):
             for k, n in ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096),
                          (8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))
             for m in (1, 128)]
-    path = tmp_path / "ab.json"
-    path.write_text(json.dumps({"define": "X=1", "rows": rows}))
-    out = tmp_path / "s.md"
-    assert ab.main([str(path), "--bench", str(bench), "--out", str(out)]) == 0
-    text = out.read_text()
+    text = _ab_sets_text(tmp_path, {"define": "X=1", "rows": rows}, "--bench", str(bench))
     assert "| llama2-70b | 128 | 8.0 | 4.0 | -50.0 % | met |" in text
     assert f"| llama2-7b | 1 | 8.0 | 4.0 | -50.0 % | {100 * need[('llama2-7b', 1)]:+.1f} % |" in text
 
@@ -643,13 +647,10 @@ def test_ab_sets_fp16_columns_divide_the_records_fp16_by_each_side(tmp_path):
     """--fp16: each side's summed speedup over the benchmark records' best FP16 GEMM
     (baseline_us of the marlin rows), only where every layer of the set has one."""
     import json
-    ab = _load("ab_sets")
     from marlin_cupy.bench.shapes import OTHER_SETS
     layers = OTHER_SETS["phi3-mini"]
     rows = [dict(k=k, n=n, m=m, a_us=4.0, b_us=2.0, dispatch=True) for k, n in layers
             for m in (1, 64)]
-    path = tmp_path / "ab.json"
-    path.write_text(json.dumps({"table_a": "generic", "rows": rows}))
     bench = [dict(set="custom", provider="marlin", label="marlin", k=k, n=n, m=m,
                   median_us=2.0, baseline_us=3.0) for k, n in layers for m in (1, 64)]
     bench += [dict(set="custom", provider="marlin", label="marlin[x]", k=k, n=n, m=1,
@@ -657,9 +658,7 @@ def test_ab_sets_fp16_columns_divide_the_records_fp16_by_each_side(tmp_path):
     del bench[-len(layers) - 1]          # M = 64 of the last layer: no FP16 there
     bpath = tmp_path / "bench.json"
     bpath.write_text(json.dumps({"kind": "bench", "rows": bench}))
-    out = tmp_path / "s.md"
-    assert ab.main([str(path), "--fp16", str(bpath), "--out", str(out)]) == 0
-    text = out.read_text()
+    text = _ab_sets_text(tmp_path, {"table_a": "generic", "rows": rows}, "--fp16", str(bpath))
     assert "| phi3-mini | 1 | 8.0 | 16.0 | +100.0 % | 1.50x | 0.75x |" in text
     assert "| phi3-mini | 64 | 8.0 | 16.0 | +100.0 % | - | - |" in text
     assert "what matmul dispatches" in text
