@@ -51,12 +51,15 @@ class MarlinLinear:
         return self.weight.n
 
     def __call__(self, x, out=None, stream=None):
-        from .ops import matmul
-        y = matmul(x, self.weight, out=out, config=self.config, stream=stream, pdl=self.pdl)
+        """``x @ W (+ bias)``; the bias is added on the stream the matmul ran on (``stream``,
+        else torch's current one for torch tensors, else CuPy's), so it is ordered after the
+        kernel and is captured with it into a CUDA graph."""
+        from .ops import _as_cupy, launch_stream_for, matmul
+        s = launch_stream_for(x, stream)
+        y = matmul(x, self.weight, out=out, config=self.config, stream=s, pdl=self.pdl)
         if self.bias is not None:
-            if type(y).__module__.startswith("torch"):
-                import torch
-                y += torch.from_dlpack(self.bias)
-            else:
-                y += self.bias
+            import cupy as cp
+            with s:
+                y_cp = _as_cupy(y, "y")
+                cp.add(y_cp, self.bias, out=y_cp)
         return y

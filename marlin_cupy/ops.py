@@ -64,32 +64,60 @@ def device_facts(device_id: int | None = None) -> dict:
 
 
 class Workspace:
-    """Locks (int32, zero between calls) and FP32 partial-sum scratch for one device and stream.
+    """Locks (int32, zero between calls), FP32 partial-sum scratch and, for act-order weights
+    under capture, the permuted copy of ``x``, for one device and stream.
 
     Streams must not share locks: two launches spinning on the same counters can deadlock.
+    A stream's launches inside a graph capture use a workspace of their own (``captured``;
+    ``graphs``): its buffers are zeroed outside the capture, and one it outgrows is kept,
+    since graphs captured before still use it.
     """
 
-    def __init__(self):
+    def __init__(self, captured: bool = False):
+        self.captured = captured
         self.locks = None
         self.scratch = None
+        self.xperm = None
+        self.retired = []       # outgrown buffers that graphs may still use (captured only)
+
+    def _grow(self, old, need: int, dtype, zero: bool):
+        if old is not None and old.size >= need:
+            return old
+        cp = _cupy()
+        if not self.captured:
+            return cp.zeros(need, dtype=dtype) if zero else cp.empty(need, dtype=dtype)
+        from . import graphs
+        if old is not None:
+            self.retired.append(old)
+            need = max(need, 2 * old.size)     # fewer outgrown buffers kept
+        return graphs.zeros_outside_capture(need, dtype)
 
     def get(self, n_locks: int, n_scratch: int):
         cp = _cupy()
-        if self.locks is None or self.locks.size < n_locks:
-            self.locks = cp.zeros(max(n_locks, 1), dtype=cp.int32)
-        if self.scratch is None or self.scratch.size < n_scratch:
-            self.scratch = cp.empty(max(n_scratch, 4), dtype=cp.float32)
+        self.locks = self._grow(self.locks, max(n_locks, 1), cp.int32, zero=True)
+        self.scratch = self._grow(self.scratch, max(n_scratch, 4), cp.float32, zero=False)
         return self.locks, self.scratch
 
+    def permuted_x(self, m: int, k: int):
+        """An ``[m, k]`` fp16 buffer for act-order's column permutation of ``x``."""
+        cp = _cupy()
+        self.xperm = self._grow(self.xperm, max(m * k, 8), cp.float16, zero=False)
+        return self.xperm[:m * k].reshape(m, k)
 
-def workspace(stream=None) -> Workspace:
+
+def workspace(stream=None, captured: bool | None = None) -> Workspace:
+    """The workspace of ``stream`` (default: CuPy's current stream) on the current device: the
+    one its graph captures use if ``captured`` (default: whether the stream captures now)."""
     cp = _cupy()
     stream = stream if stream is not None else cp.cuda.get_current_stream()
-    key = (cp.cuda.Device().id, stream.ptr)
+    if captured is None:
+        from . import graphs
+        captured = graphs.is_capturing(stream)
+    key = (cp.cuda.Device().id, stream.ptr, bool(captured))
     with _lock:
         ws = _workspaces.get(key)
         if ws is None:
-            ws = _workspaces[key] = Workspace()
+            ws = _workspaces[key] = Workspace(bool(captured))
     return ws
 
 
@@ -359,78 +387,111 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
 
     ``x`` may be a CuPy array or any GPU tensor exposing ``__dlpack__`` (torch, zero-copy); a
-    torch input gives a torch output and runs on torch's current stream unless ``stream`` is
-    given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if given. Any M >= 0
-    runs in one launch (M > 64 as 64-row slabs inside the kernel). ``max_ctas`` caps the
-    persistent grid (default: one CTA per SM); tests use it to move stripe boundaries.
+    torch input gives a torch output (allocated by torch) and runs on torch's current stream
+    unless ``stream`` is given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if
+    given. Any M >= 0 runs in one launch (M > 64 as 64-row slabs inside the kernel).
+    ``max_ctas`` caps the persistent grid (default: one CTA per SM); tests use it to move
+    stripe boundaries.
 
-    The first call for a shape compiles (or loads from CuPy's cache) its kernel and allocates
-    the stream's lock and scratch workspace; make one such call before capturing a CUDA graph.
-    The workspace's locks are zero again after every call, so graph replays need no reset.
+    CUDA graphs: calls may be captured (``cupy.cuda.Stream.begin_capture`` or
+    ``torch.cuda.graph``, ``pdl=True`` included) and the graph replayed on any stream, with no
+    reset between replays: the kernel leaves its locks at zero. Under capture the locks and
+    partial sums come from a workspace kept for that stream's captures, zeroed outside the
+    graph and never freed (``marlin_cupy.graphs`` says what that guarantees, and what stays
+    the caller's: keep ``x``, ``out`` and the weight alive, and do not replay two graphs
+    captured on the same stream concurrently).
 
     ``pdl=True`` (compute capability 9.0+) launches with programmatic dependent launch: the
     kernel may start while the previous kernel on the stream is still running, copies its first
     weight tiles (configs with a producer warpgroup, ``_ws``, wait first), and waits for that
-    kernel to finish before it reads ``x`` or touches ``out`` and the workspace. Back to back it hides most of the start and end of each launch
-    (benchmarks/NOTES.md entry 30). The contract: **the kernel launched just before on this
-    stream must not write this weight** (``qweight``, ``scales``, ``zeros``), since they are read
-    before the wait. Writing ``x`` there is fine (a norm before the projection, say). Outputs
-    are bitwise those of ``pdl=False``. The gain needs the kernel before to let this one start
-    early (ours do); capturing PDL launches in a CUDA graph is not tested yet.
+    kernel to finish before it reads ``x`` or touches ``out`` and the workspace. Back to back it
+    hides most of the start and end of each launch (benchmarks/NOTES.md entry 30). The
+    contract: **the kernel launched just before on this stream must not write this weight**
+    (``qweight``, ``scales``, ``zeros``), since they are read before the wait. Writing ``x``
+    there is fine (a norm before the projection, say). Outputs are bitwise those of
+    ``pdl=False``. The gain needs the kernel before to let this one start early (ours do).
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")
-    if stream is None and is_torch:
-        import torch
-        stream = cupy_stream_of(torch.cuda.current_stream(), cp)
-    x_cp = _as_cupy(x, "x")
+    launch_stream = launch_stream_for(x, stream)
+    check_pdl(pdl, None)
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
-    if not mw.on_device:
-        raise ValueError("the MarlinWeight is on the host; call mw = mw.to_device() once and "
-                         "reuse it (copying weights on every call would dominate the run time).")
-    if mw.bits != 4:
-        raise ValueError(f"the fused kernel supports 4-bit weights; this weight has bits="
-                         f"{mw.bits}. 8-bit weights can be packed and unpacked but not run yet.")
-    if mw.qweight.device.id != cp.cuda.Device().id:
-        raise ValueError(f"the MarlinWeight lives on GPU {mw.qweight.device.id} but the current "
-                         f"device is {cp.cuda.Device().id}; call inside `with cupy.cuda.Device(...)` "
-                         f"or move the weight with mw.to_host().to_device().")
-    k, n = mw.k, mw.n
-    if x_cp.ndim < 1 or x_cp.shape[-1] != k:
-        raise ValueError(f"x must have shape [..., K] with K={k} (the weight's in_features); got "
-                         f"{tuple(x_cp.shape)}.")
-    lead = tuple(x_cp.shape[:-1])
-    m = int(np.prod(lead)) if lead else 1
-    _check_gpu_array(x_cp, "x", np.float16, lead + (k,))
-    x2 = x_cp.reshape(m, k)
-    if out is not None:
-        out_cp = _as_cupy(out, "out")
-        _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
-    has_zp = mw.zeros is not None
-    check_pdl(pdl, None)
-    plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas,
-                 bool(pdl)) if m else None
-    # Everything that allocates or launches happens on the launch stream: CuPy's memory pool
-    # hands a block back to the stream that allocated it, so an output allocated on another
-    # stream could be reused there while this kernel still writes it.
-    with (stream if stream is not None else cp.cuda.get_current_stream()):
-        if out is None:
+    capturing = _graphs().is_capturing(launch_stream)
+    # Under capture, everything below may compile, load a module or allocate: calls that a
+    # capture in torch's default (global) mode forbids unless this thread relaxes its mode.
+    with (_graphs().relaxed_capture_mode() if capturing else contextlib.nullcontext()), \
+            launch_stream:
+        # Inside the launch stream: DLPack's hand-over then orders nothing between streams
+        # (a torch tensor made on this stream needs no event), and CuPy's memory pool hands a
+        # block back to the stream that allocated it, so an output allocated on another stream
+        # could be reused there while this kernel still writes it.
+        x_cp = _as_cupy(x, "x")
+        if not mw.on_device:
+            raise ValueError("the MarlinWeight is on the host; call mw = mw.to_device() once "
+                             "and reuse it (copying weights on every call would dominate the "
+                             "run time).")
+        if mw.bits != 4:
+            raise ValueError(f"the fused kernel supports 4-bit weights; this weight has bits="
+                             f"{mw.bits}. 8-bit weights can be packed and unpacked but not run "
+                             f"yet.")
+        if mw.qweight.device.id != cp.cuda.Device().id:
+            raise ValueError(f"the MarlinWeight lives on GPU {mw.qweight.device.id} but the "
+                             f"current device is {cp.cuda.Device().id}; call inside `with "
+                             f"cupy.cuda.Device(...)` or move the weight with "
+                             f"mw.to_host().to_device().")
+        k, n = mw.k, mw.n
+        if x_cp.ndim < 1 or x_cp.shape[-1] != k:
+            raise ValueError(f"x must have shape [..., K] with K={k} (the weight's "
+                             f"in_features); got {tuple(x_cp.shape)}.")
+        lead = tuple(x_cp.shape[:-1])
+        m = int(np.prod(lead)) if lead else 1
+        _check_gpu_array(x_cp, "x", np.float16, lead + (k,))
+        x2 = x_cp.reshape(m, k)
+        if out is None and is_torch:
+            import torch
+            out = torch.empty(lead + (n,), dtype=torch.float16, device=x.device)
+        if out is not None:
+            out_cp = _as_cupy(out, "out")
+            _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
+        else:
             out_cp = cp.empty(lead + (n,), dtype=cp.float16)
+        has_zp = mw.zeros is not None
+        plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas,
+                     bool(pdl)) if m else None
         if m == 0:
-            return _like_input(out if out is not None else out_cp, is_torch)
+            return out if out is not None else out_cp
+        ws = workspace(launch_stream, captured=capturing)
         if mw.perm is not None:
-            x2 = cp.take(x2, mw.perm, axis=1)          # act-order: columns in group order
-        locks, scratch = workspace(stream).get(plan.locks, plan.scratch_floats)
+            # act-order: columns in group order. Under capture into the workspace's buffer,
+            # which outlives the call (a temporary would be freed while the graph uses it).
+            x2 = cp.take(x2, mw.perm, axis=1, out=ws.permuted_x(m, k) if capturing else None)
+        locks, scratch = ws.get(plan.locks, plan.scratch_floats)
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
         args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
                 np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
         if pdl:
-            _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem,
-                        cp.cuda.get_current_stream())
+            _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
-    return _like_input(out if out is not None else out_cp, is_torch)
+    return out if out is not None else out_cp
+
+
+def launch_stream_for(x, stream=None):
+    """The CuPy stream ``matmul`` launches on for input ``x``: ``stream`` if given, else torch's
+    current stream for a torch tensor, else CuPy's current stream."""
+    cp = _cupy()
+    if stream is not None:
+        return stream
+    if type(x).__module__.startswith("torch"):
+        import torch
+        return cupy_stream_of(torch.cuda.current_stream(), cp)
+    return cp.cuda.get_current_stream()
+
+
+def _graphs():
+    from . import graphs
+    return graphs
 
 
 def cupy_stream_of(torch_stream, cp=None):
@@ -442,10 +503,3 @@ def cupy_stream_of(torch_stream, cp=None):
     if from_external is not None and hasattr(torch_stream, "__cuda_stream__"):
         return from_external(torch_stream)
     return cp.cuda.ExternalStream(torch_stream.cuda_stream)
-
-
-def _like_input(result, is_torch):
-    if is_torch and type(result).__module__.startswith("cupy"):
-        import torch
-        return torch.from_dlpack(result)
-    return result

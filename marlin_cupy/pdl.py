@@ -46,6 +46,26 @@ DRIVER_LIBRARIES = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.
 
 
 @functools.lru_cache(maxsize=None)
+def driver_function(name: str, argtypes: tuple):
+    """The CUDA driver's entry point ``name`` (returning a CUresult), with ``argtypes``, or
+    RuntimeError saying what is missing (``graphs`` uses it for the capture mode)."""
+    errors = []
+    for lib_name in DRIVER_LIBRARIES:
+        try:
+            lib = ctypes.CDLL(lib_name)
+        except OSError as e:
+            errors.append(f"{lib_name}: {e}")
+            continue
+        fn = getattr(lib, name, None)
+        if fn is None:
+            raise RuntimeError(f"the CUDA driver library {lib_name} has no {name}")
+        fn.restype = ctypes.c_int
+        fn.argtypes = list(argtypes)
+        return fn
+    raise RuntimeError("the CUDA driver library could not be loaded (" + "; ".join(errors) + ")")
+
+
+@functools.lru_cache(maxsize=None)
 def _driver():
     """``cuLaunchKernelEx`` from the CUDA driver library, or RuntimeError saying what is missing
     (the library, or the entry point: drivers before CUDA 12.0 lack it)."""

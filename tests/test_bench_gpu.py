@@ -312,3 +312,11 @@ def test_chain_timer_divides_by_the_chain():
         meas = timer.measure(lambda i: timer.spin(100.0), 1)
     assert meas.max_gap_us is None
     assert 99.0 <= meas.stats.median_us <= 110.0, meas.stats
+
+
+def test_random_weight_rotation_takes_a_given_number_of_copies():
+    rng = np.random.default_rng(7)
+    mws = harness.random_weight_rotation(256, 512, 128, rng, copies=3)
+    assert len(mws) == 3
+    assert all(cp.array_equal(m.qweight, mws[0].qweight) for m in mws[1:])
+    assert len({m.qweight.data.ptr for m in mws}) == 3

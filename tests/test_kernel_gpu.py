@@ -515,6 +515,24 @@ class TestInterop:
         ref = x_h.astype(np.float64) @ qw.dequantize().astype(np.float64) + bias
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
 
+    def test_marlin_linear_bias_follows_the_kernel_on_its_stream(self):
+        """``layer(x, stream=s)`` with CuPy's current stream elsewhere: the bias must be added on
+        ``s`` after the kernel (on another stream it would race with the kernel's stores)."""
+        rng = np.random.default_rng(16)
+        w = rng.standard_normal((4096, 8192)).astype(np.float32) * 0.02
+        bias = rng.standard_normal(8192).astype(np.float16)
+        layer = mc.MarlinLinear.from_float(w, bias=bias, group_size=128)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            x = cp.asarray(rng.standard_normal((64, 4096)).astype(np.float16))
+            want = mc.matmul(x, layer.weight)
+            want += layer.bias
+        s.synchronize()
+        for trial in range(5):
+            y = layer(x, stream=s)
+            s.synchronize()
+            assert cp.array_equal(y.view(cp.uint16), want.view(cp.uint16)), trial
+
 
 @pytest.fixture(scope="module")
 def small_weight():

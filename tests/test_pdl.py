@@ -108,8 +108,10 @@ def driver_libraries(monkeypatch):
     def use(*names):
         monkeypatch.setattr(pdl, "DRIVER_LIBRARIES", names)
         pdl._driver.cache_clear()
+        pdl.driver_function.cache_clear()
     yield use
     pdl._driver.cache_clear()
+    pdl.driver_function.cache_clear()
 
 
 def test_missing_driver_library_is_a_clear_error(driver_libraries):
@@ -128,3 +130,17 @@ def test_driver_without_the_entry_point_is_a_clear_error(driver_libraries):
     with pytest.raises(RuntimeError, match="no cuLaunchKernelEx"):
         pdl._driver()
 
+
+
+def test_driver_function_names_what_is_missing(driver_libraries):
+    import ctypes.util
+    args = (ctypes.POINTER(ctypes.c_int),)
+    driver_libraries("libdoes-not-exist.so.1")
+    with pytest.raises(RuntimeError, match="could not be loaded.*libdoes-not-exist"):
+        pdl.driver_function("cuThreadExchangeStreamCaptureMode", args)
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no C library to stand in for the driver")
+    driver_libraries(libc)
+    with pytest.raises(RuntimeError, match="has no cuThreadExchangeStreamCaptureMode"):
+        pdl.driver_function("cuThreadExchangeStreamCaptureMode", args)

@@ -662,3 +662,18 @@ def test_ab_sets_fp16_columns_divide_the_records_fp16_by_each_side(tmp_path):
     assert "| phi3-mini | 1 | 8.0 | 16.0 | +100.0 % | 1.50x | 0.75x |" in text
     assert "| phi3-mini | 64 | 8.0 | 16.0 | +100.0 % | - | - |" in text
     assert "what matmul dispatches" in text
+
+
+def test_graph_probe_markdown_speedups():
+    pytest.importorskip("cupy")
+    gp = _load("graph_probe")
+    row = {"set": "llama2-7b", "m": 16, "equal": True, "marlin_stream_us": 80.0,
+           "marlin_graph_us": 70.0, "marlin_graph_pdl_us": 50.0, "fp16_stream_us": 160.0,
+           "fp16_graph_us": 150.0}
+    md = gp.markdown({"device": {"name": "GPU"}, "git_commit": "abcdef1234567890",
+                      "date": "2026-12-01T00:00:00+00:00", "rows": [row]})
+    line = [ln for ln in md.splitlines() if ln.startswith("| llama2-7b")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # times in VARIANTS order, then fp16 graph / marlin graph, / marlin graph pdl, stream's
+    assert cells[2:7] == ["80.0", "70.0", "50.0", "160.0", "150.0"]
+    assert cells[7:10] == ["2.14", "3.00", "2.00"] and cells[10] == "True"

@@ -96,12 +96,13 @@ def rotation_copies(weight_bytes: int, l2_bytes: int, cap_bytes: int,
 
 
 def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int = 8 << 30,
-                           zero_points: bool = False) -> list:
+                           zero_points: bool = False, copies: int | None = None) -> list:
     """Random 4-bit weights [K, N] (scales uniform in [1e-3, 1e-2)) packed once and copied to
     the device ``rotation_copies`` times, on the current device's L2 size: what the tuner and
     the probe scripts time a kernel on (call it with ``mws[i]`` for ``i`` in the rotation).
     ``zero_points``: with random 4-bit zero points (the zero-point kernels), drawn after
-    everything else so that the symmetric weights of a seed stay the same."""
+    everything else so that the symmetric weights of a seed stay the same. ``copies``: this
+    many instead (a whole block rotated together, ``scripts/graph_probe.py``)."""
     import cupy as cp
     from ..layout import pack
     from ..weights import QuantizedWeight
@@ -112,7 +113,9 @@ def random_weight_rotation(k: int, n: int, group_size: int, rng, cap_bytes: int 
     scales = rng.uniform(1e-3, 1e-2, (groups, n)).astype(np.float16)
     zeros = rng.integers(0, 16, (groups, n), dtype=np.uint8) if zero_points else None
     host = pack(QuantizedWeight(q, scales, zeros, None, 4, group_size))
-    return [host.to_device() for _ in range(rotation_copies(k * n // 2, l2, cap_bytes))]
+    if copies is None:
+        copies = rotation_copies(k * n // 2, l2, cap_bytes)
+    return [host.to_device() for _ in range(copies)]
 
 
 def layer_cases(shapes, ms, group_size: int, rng, zero_points: bool = False):
