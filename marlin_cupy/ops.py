@@ -450,7 +450,11 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
         x2 = x_cp.reshape(m, k)
         if out is None and is_torch:
             import torch
-            out = torch.empty(lead + (n,), dtype=torch.float16, device=x.device)
+            # torch's allocator ties a block to the stream current at allocation: make that the
+            # launch stream, so the block is not handed out again while this kernel writes it.
+            with (torch.cuda.stream(torch.cuda.ExternalStream(launch_stream.ptr))
+                  if stream is not None else contextlib.nullcontext()):
+                out = torch.empty(lead + (n,), dtype=torch.float16, device=x.device)
         if out is not None:
             out_cp = _as_cupy(out, "out")
             _check_gpu_array(out_cp, "out", np.float16, lead + (n,))

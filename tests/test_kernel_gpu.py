@@ -504,6 +504,22 @@ class TestInterop:
         torch.cuda.synchronize()
         judge(x_h, qw, cp.from_dlpack(yt))
 
+    def test_torch_in_on_a_given_stream(self):
+        """A torch input with ``stream=`` another stream: the output is allocated for that
+        stream (torch's allocator) and the result is right once that stream is done."""
+        torch = pytest.importorskip("torch")
+        rng = np.random.default_rng(17)
+        qw = make_weight(rng, 512, 256, 128)
+        mw = mc.pack(qw).to_device()
+        x_h = rng.standard_normal((4, 512)).astype(np.float16)
+        xt = torch.from_numpy(x_h).cuda()
+        torch.cuda.synchronize()
+        s = cp.cuda.Stream(non_blocking=True)
+        yt = mc.matmul(xt, mw, stream=s)
+        assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float16
+        s.synchronize()
+        judge(x_h, qw, cp.from_dlpack(yt))
+
     def test_marlin_linear_with_bias(self):
         rng = np.random.default_rng(15)
         w = rng.standard_normal((512, 256)).astype(np.float32) * 0.02
