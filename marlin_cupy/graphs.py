@@ -3,8 +3,8 @@
 
 A graph keeps the addresses its kernels were captured with, and replays them long after the
 call returned. So nothing a captured launch reads or writes may be freed or handed to someone
-else after capture, and nothing it relies on may be set up only by work that the graph
-itself does not hold. ``ops.matmul`` follows three rules while its stream captures:
+else after capture, and what it relies on (counters at zero) must hold before every replay,
+whatever ran before it. ``ops.matmul`` follows three rules while its stream captures:
 
 - the locks, partial sums and act-order copy of ``x`` come from a workspace kept for captures
   on that stream (``ops.workspace(..., captured=True)``), apart from the one its eager calls
