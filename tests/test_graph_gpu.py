@@ -2,8 +2,8 @@
 and replayed gives the eager outputs bitwise, replay after replay, with new inputs, on any
 stream, ``pdl=True`` included; and the graph writes nothing it does not own.
 
-Failure modes these guard (``marlin_cupy/graphs.py``; ../shared/research/user_reports.md 2.2
-and 2.7): counters that a capture zeroed only inside the graph (the next eager launch or
+Failure modes these guard (``marlin_cupy/graphs.py``; shared/research/user_reports.md s.2.2
+and s.2.7): counters that a capture zeroed only inside the graph (the next eager launch or
 another graph hangs), temporaries freed after capture and handed to someone else while
 replays still write them (act-order's copy of ``x``, intermediates of a torch model), a
 workspace outgrown during capture and freed under an earlier graph, launches of a replay
