@@ -574,17 +574,26 @@ def _fit_stages(cfg: KernelConfig, has_zp: bool, smem_limit: int) -> KernelConfi
     return None
 
 
-def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
-                smem_limit: int = 232448) -> KernelConfig | None:
-    """The compute capability 9.0 heuristic's config (``SM90_HEURISTIC``), or None where none of
-    its bucket's configs fits N, K and shared memory."""
+def sm90_candidates(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
+                    smem_limit: int = 232448) -> list:
+    """The configs of ``SM90_HEURISTIC``'s bucket for M, in its order, each with the problem's
+    group size and fitted to N, K, M and shared memory; those that do not fit left out."""
     gb = group_blocks_for(group_size, k)
+    out = []
     for name in SM90_HEURISTIC[m_bucket(m)]:
         cfg = _fit_stages(KernelConfig.from_name(name).with_(group_blocks=gb), has_zp, smem_limit)
         cfg = fit_tuned(cfg, m, n, k, has_zp, smem_limit)    # N, K and M as for a table entry
         if cfg is not None:
-            return cfg
-    return None
+            out.append(cfg)
+    return out
+
+
+def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
+                smem_limit: int = 232448) -> KernelConfig | None:
+    """The compute capability 9.0 heuristic's config (the first of ``sm90_candidates``), or
+    None where none of its bucket's configs fits N, K and shared memory."""
+    fits = sm90_candidates(m, n, k, group_size, has_zp, smem_limit)
+    return fits[0] if fits else None
 
 
 def _sm90_instantiated() -> tuple:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import jit, kernels
+from . import graphs, jit, kernels
 from . import pdl as _pdl
 from .config import KernelConfig, choose_config, group_blocks_for
 from .weights import MarlinWeight
@@ -86,7 +86,6 @@ class Workspace:
         cp = _cupy()
         if not self.captured:
             return cp.zeros(need, dtype=dtype) if zero else cp.empty(need, dtype=dtype)
-        from . import graphs
         if old is not None:
             self.retired.append(old)
             need = max(need, 2 * old.size)     # fewer outgrown buffers kept
@@ -111,7 +110,6 @@ def workspace(stream=None, captured: bool | None = None) -> Workspace:
     cp = _cupy()
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     if captured is None:
-        from . import graphs
         captured = graphs.is_capturing(stream)
     key = (cp.cuda.Device().id, stream.ptr, bool(captured))
     with _lock:
@@ -417,10 +415,10 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     check_pdl(pdl, None)
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
-    capturing = _graphs().is_capturing(launch_stream)
+    capturing = graphs.is_capturing(launch_stream)
     # Under capture, everything below may compile, load a module or allocate: calls that a
     # capture in torch's default (global) mode forbids unless this thread relaxes its mode.
-    with (_graphs().relaxed_capture_mode() if capturing else contextlib.nullcontext()), \
+    with (graphs.relaxed_capture_mode() if capturing else contextlib.nullcontext()), \
             launch_stream:
         # Inside the launch stream: DLPack's hand-over then orders nothing between streams
         # (a torch tensor made on this stream needs no event), and CuPy's memory pool hands a
@@ -491,11 +489,6 @@ def launch_stream_for(x, stream=None):
         import torch
         return cupy_stream_of(torch.cuda.current_stream(), cp)
     return cp.cuda.get_current_stream()
-
-
-def _graphs():
-    from . import graphs
-    return graphs
 
 
 def cupy_stream_of(torch_stream, cp=None):

@@ -69,24 +69,14 @@ def driver_function(name: str, argtypes: tuple):
 def _driver():
     """``cuLaunchKernelEx`` from the CUDA driver library, or RuntimeError saying what is missing
     (the library, or the entry point: drivers before CUDA 12.0 lack it)."""
-    errors = []
-    for name in DRIVER_LIBRARIES:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError as e:
-            errors.append(f"{name}: {e}")
-            continue
-        try:
-            fn = lib.cuLaunchKernelEx
-        except AttributeError:
-            raise RuntimeError(f"the CUDA driver library {name} has no cuLaunchKernelEx (it needs "
-                               f"a driver for CUDA 12.0 or newer); use pdl=False") from None
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
-                       ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
-        return fn
-    raise RuntimeError("pdl=True launches through the CUDA driver library, which could not be "
-                       "loaded (" + "; ".join(errors) + "); use pdl=False")
+    try:
+        return driver_function("cuLaunchKernelEx", (
+            ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_void_p)))
+    except RuntimeError as e:
+        need = " (it needs a driver for CUDA 12.0 or newer)" if "has no" in str(e) else ""
+        raise RuntimeError(f"pdl=True launches through the CUDA driver: {e}{need}; use "
+                           f"pdl=False") from None
 
 
 def _arg(value):

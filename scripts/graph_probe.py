@@ -110,17 +110,18 @@ def main(argv=None) -> int:
                 g_plain = graph_of(ours("marlin_graph", False))
                 g_pdl = graph_of(ours("marlin_graph_pdl", True))
                 g16 = graph_of(fp16("fp16_graph"))
+                # variant -> (one timed call, passes it runs)
                 calls = {"marlin_stream": (ours("marlin_stream", False), passes),
-                         "marlin_graph": (lambda i: g_plain.replay(), passes),
-                         "marlin_graph_pdl": (lambda i: g_pdl.replay(), passes),
+                         "marlin_graph": (g_plain.replay, passes),
+                         "marlin_graph_pdl": (g_pdl.replay, passes),
                          "fp16_stream": (fp16("fp16_stream"), passes16),
-                         "fp16_graph": (lambda i: g16.replay(), passes16)}
+                         "fp16_graph": (g16.replay, passes16)}
                 times = {v: [] for v in VARIANTS}
                 for _ in range(2):
                     for v in VARIANTS:
-                        run, _n = calls[v]
-                        call = (lambda i, run=run: run()) if v.endswith("stream") else run
-                        times[v].append(timer.measure(call, 1).stats.median_us)
+                        run = calls[v][0]
+                        times[v].append(timer.measure(lambda i, run=run: run(), 1)
+                                        .stats.median_us)
                 # The last pass's outputs of ours, against eager calls of the same weights.
                 stream.synchronize()
                 want = [mc.matmul(xs[j], mws[passes - 1][j]) for j in range(len(shapes))]

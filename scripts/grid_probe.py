@@ -39,13 +39,7 @@ def candidates(m: int, n: int, k: int, g: int):
     """Distinct configs that fit the layer: the dispatch's, the sm_90 heuristic's bucket, the
     generic heuristic's."""
     gb = config.group_blocks_for(g, k)
-    out = [ops.plan(m, n, k, g).config]
-    for name in config.SM90_HEURISTIC[config.m_bucket(m)]:
-        c = config._fit_stages(config.KernelConfig.from_name(name).with_(group_blocks=gb),
-                               False, 232448)
-        c = config.fit_tuned(c, m, n, k)
-        if c is not None:
-            out.append(c)
+    out = [ops.plan(m, n, k, g).config, *config.sm90_candidates(m, n, k, g)]
     out.append(config.choose_config(m, n, k, g))        # no table, no cc: the generic one
     # and a narrow unswapped tile (64 wide), many columns for whole-column grids
     narrow = config.fit_tuned(config.KernelConfig.from_name("t128_m4_n4_k8_s4_g8_fp32par")

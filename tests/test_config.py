@@ -326,6 +326,18 @@ class TestSm90Heuristic:
         # N a multiple of 64 only: no sm_90 tile, the generic heuristic's
         assert choose_config(64, 64 * 9, 4096, 128, cc="90") == choose_config(64, 64 * 9, 4096, 128)
 
+    def test_candidates_are_the_bucket_in_order_and_the_choice_is_the_first(self):
+        from marlin_cupy.config import SM90_HEURISTIC, m_bucket, sm90_candidates
+        for k, n in [(4096, 4096), (896, 896), (896, 9728), (4096 + 64, 4096)]:
+            for m in self.ALL_M:
+                fits = sm90_candidates(m, n, k, 128)
+                order = [c.with_(stages=0, thread_m_blocks=0).name for c in fits]
+                bucket = [KernelConfig.from_name(x).with_(stages=0, thread_m_blocks=0).name
+                          for x in SM90_HEURISTIC[m_bucket(m)]]
+                assert order == [x for x in bucket if x in order], (m, n, k)
+                assert fits and choose_config(m, n, k, 128, cc="90") == fits[0], (m, n, k)
+                assert all(n % c.tile_n == 0 and k % c.tile_k == 0 for c in fits)
+
     @pytest.mark.parametrize("cc", [None, "80", "86", "89", "100", "120"])
     def test_other_devices_keep_the_generic_heuristic(self, cc):
         for m in self.ALL_M:

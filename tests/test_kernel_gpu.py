@@ -492,32 +492,21 @@ class TestDeterminismAndWorkspace:
 
 
 class TestInterop:
-    def test_torch_in_torch_out(self):
+    @pytest.mark.parametrize("given", [False, True], ids=["torch_stream", "given_stream"])
+    def test_torch_in_torch_out(self, given):
+        """A torch input gives a torch output; with ``stream=`` another stream it is allocated
+        for that stream (torch's allocator) and right once that stream is done."""
         torch = pytest.importorskip("torch")
         rng = np.random.default_rng(14)
         qw = make_weight(rng, 512, 256, 128)
         mw = mc.pack(qw).to_device()
         x_h = rng.standard_normal((4, 512)).astype(np.float16)
         xt = torch.from_numpy(x_h).cuda()
-        yt = mc.matmul(xt, mw)
-        assert isinstance(yt, torch.Tensor) and yt.is_cuda and yt.dtype == torch.float16
         torch.cuda.synchronize()
-        judge(x_h, qw, cp.from_dlpack(yt))
-
-    def test_torch_in_on_a_given_stream(self):
-        """A torch input with ``stream=`` another stream: the output is allocated for that
-        stream (torch's allocator) and the result is right once that stream is done."""
-        torch = pytest.importorskip("torch")
-        rng = np.random.default_rng(17)
-        qw = make_weight(rng, 512, 256, 128)
-        mw = mc.pack(qw).to_device()
-        x_h = rng.standard_normal((4, 512)).astype(np.float16)
-        xt = torch.from_numpy(x_h).cuda()
-        torch.cuda.synchronize()
-        s = cp.cuda.Stream(non_blocking=True)
+        s = cp.cuda.Stream(non_blocking=True) if given else None
         yt = mc.matmul(xt, mw, stream=s)
-        assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float16
-        s.synchronize()
+        assert isinstance(yt, torch.Tensor) and yt.is_cuda and yt.dtype == torch.float16
+        (s.synchronize if given else torch.cuda.synchronize)()
         judge(x_h, qw, cp.from_dlpack(yt))
 
     def test_marlin_linear_with_bias(self):
