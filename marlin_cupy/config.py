@@ -98,6 +98,13 @@ class KernelConfig:
     #: stripe's end, adds the others' words and its own partial in the last arriver's order and
     #: writes C. The same sums, the same bits. Includes the early bottom. Name: _ts.
     top_sum: bool = False
+    #: (host side only: the same compiled kernel as with 0) the grid is capped at
+    #: ``column_ctas`` x the tile columns x the row slabs, so that no column has more than
+    #: ``column_ctas`` sharers where the persistent grid allows that many CTAs; 1 gives every CTA
+    #: whole columns (no partial sums, no count-in). It pays on short columns, where the
+    #: cross-CTA sums cost more than the longer stripes (K = 896 and 9728 columns: -15..-36 %,
+    #: benchmarks/NOTES.md entries 83 and 84). 0: one CTA per resident slot. Name: _c<n>.
+    column_ctas: int = 0
 
     # ---- derived quantities, the same constexprs as in the kernel
     @property
@@ -142,6 +149,19 @@ class KernelConfig:
     def launch_threads(self) -> int:
         """Threads per CTA at launch: ``threads``, plus the producer warpgroup's 128."""
         return self.threads + (PRODUCER_THREADS if self.producer else 0)
+
+    @property
+    def compiled(self) -> "KernelConfig":
+        """The instance that is compiled for this config: the same without ``column_ctas``
+        (a cap on the grid, decided on the host)."""
+        return self.with_(column_ctas=0) if self.column_ctas else self
+
+    def column_grid(self, m: int, n: int) -> int | None:
+        """(``column_ctas``) The grid's cap for an M x N problem: ``column_ctas`` x the tile
+        columns x the row slabs; None without ``column_ctas``."""
+        if not self.column_ctas:
+            return None
+        return self.column_ctas * (n // self.tile_n) * max(1, -(-m // self.tile_m))
 
     @property
     def producer_registers(self) -> tuple | None:
@@ -194,12 +214,13 @@ class KernelConfig:
         dq = f"_q{self.dyn_chunk}" if self.dyn_chunk else ""
         eb = "_eb" if self.early_bottom else ""
         ts = "_ts" if self.top_sum else ""
+        cc = f"_c{self.column_ctas}" if self.column_ctas else ""
         return (f"t{self.threads}_m{self.thread_m_blocks}_n{self.thread_n_blocks}"
                 f"_k{self.thread_k_blocks}_s{self.stages}_g{g}_{red}{swap}{wg}{wn}{ws}{dq}{eb}{ts}"
-                f"{occ}")
+                f"{cc}{occ}")
 
     _NAME = re.compile(r"^t(\d+)_m(\d+)_n(\d+)_k(\d+)_s(\d+)_g(c|\d+)_(fp32par|fp32|fp16)"
-                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(_eb)?(_ts)?(?:_b(\d+))?$")
+                       r"(?:_sw(\d+))?(_wg)?(?:_w(\d+))?(_ws)?(?:_q(\d+))?(_eb)?(_ts)?(?:_c(\d+))?(?:_b(\d+))?$")
 
     @classmethod
     def from_name(cls, name: str) -> "KernelConfig":
@@ -212,12 +233,13 @@ class KernelConfig:
                              f"_sw1/_sw2 for swapped MMA operands, _wg for wgmma (sm_90a), _w32 "
                              f"for its columns per warp, _ws for a producer warpgroup, _q8 for units "
                              f"handed out at run time in chunks of 8, _eb for the early bottom, _ts "
-                             f"for the column's top summing, then _b2 for two CTAs per SM).")
-        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, eb, ts, occ = m.groups()
+                             f"for the column's top summing, _c1 for at most one CTA per column, "
+                             f"then _b2 for two CTAs per SM).")
+        t, mb, nb, kb, st, g, red, swap, wg, wn, ws, dq, eb, ts, cc, occ = m.groups()
         return cls(int(t), int(mb), int(nb), int(kb), int(st), -1 if g == "c" else int(g),
                    red != "fp16", int(occ) if occ else 1, int(swap) if swap else 0, bool(wg),
                    red == "fp32par", int(wn) if wn else 0, bool(ws), int(dq) if dq else 0,
-                   bool(eb), bool(ts))
+                   bool(eb), bool(ts), int(cc) if cc else 0)
 
     def with_(self, **changes) -> "KernelConfig":
         return replace(self, **changes)
@@ -319,6 +341,9 @@ class KernelConfig:
                         f"rows (tile_m={self.tile_m}), no producer warpgroup and no run-time "
                         f"hand-out: the other reductions never publish a partial mid-stripe "
                         f"with a fence")
+        if self.column_ctas < 0 or (self.column_ctas and self.dyn_chunk):
+            errs.append(f"column_ctas={self.column_ctas} (a cap of that many CTAs per column) "
+                        f"must be 0 or more, and 0 with dyn_chunk (its chunks are its stripes)")
         g, kb = self.group_blocks, self.thread_k_blocks
         if g != -1 and (g <= 0 or (g % kb and kb % g)):
             errs.append(f"group_blocks={g} and thread_k_blocks={kb} must divide one another "
@@ -588,11 +613,40 @@ def sm90_candidates(m: int, n: int, k: int, group_size: int, has_zp: bool = Fals
     return out
 
 
+#: Short columns (at most this many tile depths of K) whose whole columns fill at least half
+#: the persistent grid take one CTA per column (``column_ctas=1``): on qwen2.5-0.5b's 896x9728
+#: (seven 128-deep units per column, 76 columns of 128 on 132 SMs) whole columns were 14-36 %
+#: faster than the full grid at M = 1..256, while columns of 24 or more units lost wherever
+#: the capped grid was under half the full one, and small ones (7-18 columns) lost at M = 64..128
+#: (benchmarks/NOTES.md entries 83 and 84).
+SHORT_COLUMN_UNITS = 8
+
+
+def whole_columns(cfgs, m: int, n: int, k: int, sms: int) -> KernelConfig | None:
+    """The first of ``cfgs`` (fitted to the problem) whose columns are short (K / tile depth at
+    most ``SHORT_COLUMN_UNITS``) and whose whole columns (tile columns x row slabs) fill at least
+    half of the persistent grid (``sms`` x CTAs per SM) but not all of it, with
+    ``column_ctas=1``; None where none is."""
+    for cfg in cfgs:
+        full = sms * cfg.blocks_per_sm
+        whole = cfg.with_(column_ctas=1).column_grid(m, n)
+        if k // cfg.tile_k <= SHORT_COLUMN_UNITS and full <= 2 * whole < 2 * full \
+                and not cfg.dyn_chunk:
+            return cfg.with_(column_ctas=1)
+    return None
+
+
 def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
-                smem_limit: int = 232448) -> KernelConfig | None:
-    """The compute capability 9.0 heuristic's config (the first of ``sm90_candidates``), or
-    None where none of its bucket's configs fits N, K and shared memory."""
+                smem_limit: int = 232448, sms: int | None = None) -> KernelConfig | None:
+    """The compute capability 9.0 heuristic's config, or None where none of its bucket's
+    configs fits N, K and shared memory: with the device's SM count ``sms``, the first of
+    ``sm90_candidates`` that ``whole_columns`` takes with one CTA per column; else (or without
+    ``sms``) the first of them."""
     fits = sm90_candidates(m, n, k, group_size, has_zp, smem_limit)
+    if fits and sms:
+        capped = whole_columns(fits, m, n, k, sms)
+        if capped is not None:
+            return capped
     return fits[0] if fits else None
 
 
@@ -634,11 +688,12 @@ def fit_tuned(tuned: KernelConfig | None, m: int, n: int, k: int, has_zp: bool =
 
 def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
                   smem_limit: int = 232448, device_name: str | None = None,
-                  cc: str | None = None) -> KernelConfig:
+                  cc: str | None = None, sms: int | None = None) -> KernelConfig:
     """The default configuration for a problem (the dispatch of ``mc.matmul``).
 
     The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket); else, on
-    compute capability ``cc`` "90", the sm_90 heuristic (``sm90_choice``); else the generic
+    compute capability ``cc`` "90", the sm_90 heuristic (``sm90_choice``, which caps the grid
+    at whole columns on short ones given the device's SM count ``sms``); else the generic
     heuristic: the tile shape of ``_heuristic_shape``, as many 16-row blocks as M needs (64-row
     slabs beyond 64), swapped MMA operands up to 8 rows, and ``HEURISTIC_STAGES`` stages, fewer
     if shared memory is short.
@@ -650,7 +705,7 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
         if tuned is not None:
             return tuned
     if cc == "90":
-        cfg = sm90_choice(m, n, k, group_size, has_zp, smem_limit)
+        cfg = sm90_choice(m, n, k, group_size, has_zp, smem_limit, sms)
         if cfg is not None:
             return cfg
     shape = _heuristic_shape(n, k)

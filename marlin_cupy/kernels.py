@@ -12,7 +12,8 @@ KERNEL_FILE = "marlin.cu"
 
 
 def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
-    return f"marlin_{cfg.name}_{'zp' if has_zp else 'sym'}"
+    """The kernel's symbol; a config and its ``compiled`` form share it (and the source)."""
+    return f"marlin_{cfg.compiled.name}_{'zp' if has_zp else 'sym'}"
 
 
 def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
@@ -100,6 +101,7 @@ def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -
     """
     if check:
         cfg.validate()
+    cfg = cfg.compiled      # host-side fields (the grid's cap) do not reach the source
     return extra_defines() + _base_source() + "\n" + _wrapper(cfg, has_zp)
 
 

@@ -131,7 +131,7 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = ""):
 
 def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False):
     cp = _cupy()
-    key = (cp.cuda.Device().id, cfg, has_zp)
+    key = (cp.cuda.Device().id, cfg.compiled, has_zp)
     cache = _pdl_kernels if pdl else _kernels
     ker = cache.get(key)
     if ker is None:
@@ -171,7 +171,7 @@ def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False):
     instance, e.g. a ``MARLIN_PROBE`` or A/B build; scripts/ab_probe.py). Plans hold their
     kernel, so they are dropped on the way in and out; a probe that only swapped the kernel
     dict once timed the same build twice."""
-    key = (_cupy().cuda.Device().id, cfg, has_zp)
+    key = (_cupy().cuda.Device().id, cfg.compiled, has_zp)
     saved = _kernels.get(key)
     _kernels[key] = kernel
     _plan.cache_clear()
@@ -326,7 +326,8 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
           config: KernelConfig | None, max_ctas: int | None, pdl: bool = False) -> Plan:
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
-        m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"])
+        m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"],
+        facts["sms"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
     if max_ctas is not None and max_ctas < 1:
@@ -352,6 +353,8 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
     per_sm = min(cfg.blocks_per_sm, resident)
     cap = facts["sms"] * per_sm
     cap = cap if max_ctas is None else min(max_ctas, cap)
+    if cfg.column_ctas:
+        cap = min(cap, cfg.column_grid(m, n))
     if cfg.dyn_chunk:
         # The stripes are the chunks, handed out at run time; never more CTAs than chunks.
         stripes = cfg.chunks(units)

@@ -58,6 +58,12 @@ TUNE_NARROW_BLOCKS_PER_SM = {256: ((1, TUNE_STAGES), (2, (3, 4))), 512: ((1, TUN
 #: 45 and 52) where ``KernelConfig.problems`` allows it (128, 256 or 512 compute threads and one
 #: CTA per SM, or 128 and two); spilling ones are skipped like any other.
 TUNE_PRODUCER = True
+#: Grid caps the tuner tries for every candidate (``column_ctas``: at most one, or two, CTAs
+#: per column), where the capped grid is at least ``TUNE_COLUMN_MIN_SHARE`` of the persistent
+#: one and smaller than it (NOTES.md entries 83-84: whole columns win on short columns at half
+#: the grid and more, on deep ones only near the full grid; below a quarter none won).
+TUNE_COLUMN_CTAS = (1, 2)
+TUNE_COLUMN_MIN_SHARE = 0.25
 #: N = 8 * swap_ab rows per instruction; at M <= 16 (N = 8, 16) wgmma lost to mma.sync by 13-25 %
 #: before entry 11 of NOTES.md made the wgmma loop 20-45 % faster, so the tuner measures it there too.
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
@@ -190,6 +196,21 @@ def spills(cfg: KernelConfig, arch: str | None = None) -> bool:
                for r in jit.compile_offline(kernels.marlin_source(cfg, zp), arch + cfg.arch_suffix)[1])
 
 
+def column_variants(cfg: KernelConfig, m: int, n: int, k: int, full: int) -> list:
+    """``cfg`` with each cap of ``TUNE_COLUMN_CTAS`` whose grid at M (``column_grid``) is at
+    least ``TUNE_COLUMN_MIN_SHARE`` of ``full`` (the persistent grid: SMs x resident CTAs per SM)
+    and below it and below the layer's units (else the cap changes nothing)."""
+    if cfg.column_ctas or cfg.dyn_chunk:
+        return []
+    out = []
+    for ctas in TUNE_COLUMN_CTAS:
+        capped = cfg.with_(column_ctas=ctas)
+        grid = capped.column_grid(m, n)
+        if full * TUNE_COLUMN_MIN_SHARE <= grid < min(full, grid // ctas * (k // cfg.tile_k)):
+            out.append(capped)
+    return out
+
+
 def heuristic_passes_over(cfg: KernelConfig) -> bool:
     """Whether the sm_90 heuristic's rule (``heuristic_rule``) leaves ``cfg`` out whatever it
     measured: ``mma.sync`` tiles of 256 threads with two CTAs per SM, held to 128 registers,
@@ -216,10 +237,13 @@ def heuristic_rule(measurements, exclude=()) -> dict:
     smallest geometric mean of its slowdowns against each layer's fastest config, among those
     measured on the most layers (every layer where any is), but those named in ``exclude`` and
     those ``heuristic_passes_over``. Names are the g128 ones; a class with no candidate is left
-    out. Returns {bucket: (name, ...)}."""
+    out. Measurements on capped grids (``column_ctas``) are left out: whether to cap is
+    ``config.whole_columns``' rule. Returns {bucket: (name, ...)}."""
     import math
     times = {}          # (m, n, k) -> {config: median_us}
     for r in measurements:
+        if KernelConfig.from_name(r["config"]).column_ctas:
+            continue
         t = times.setdefault((r["m"], r["n"], r["k"]), {})
         t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
     rule = {}
@@ -475,7 +499,8 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
-         top_sum: bool = False, narrow: tuple | None = None, wide: bool = False) -> dict:
+         top_sum: bool = False, narrow: tuple | None = None, wide: bool = False,
+         column_ctas: bool = True) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
@@ -485,7 +510,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     column's top summing of every parallel-reduction candidate that can take it (entry 73).
     ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
     (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes);
-    ``wide`` adds their 512-thread twins there (``narrow_candidates``)."""
+    ``wide`` adds their 512-thread twins there (``narrow_candidates``). ``column_ctas`` also
+    measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84)."""
     import cupy as cp
     import numpy as np
 
@@ -522,9 +548,15 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             for b in buckets:
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
+                measured = []
                 for cfg in cands(k, n, b):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         continue
+                    measured.append(cfg)
+                    if column_ctas:     # the bucket's upper M has the most row slabs
+                        measured += column_variants(cfg, BUCKET_M[b], n, k,
+                                                    facts["sms"] * cfg.blocks_per_sm)
+                for cfg in dict.fromkeys(measured):
                     for m, x in xs.items():      # each M of the bucket; scored summed
                         meas = timer.measure(
                             lambda i: ops.matmul(x, mws[i], config=cfg), copies)
@@ -571,6 +603,10 @@ def main(argv=None) -> int:
                    help="also measure the twin with the column's top summing (config suffix "
                         "_ts) of every parallel-reduction candidate with tiles below 32 rows "
                         "(default off; NOTES.md entry 73)")
+    p.add_argument("--column-ctas", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure every candidate on grids capped at one or two CTAs per "
+                        "column (config suffix _c1, _c2) where that keeps at least a quarter of "
+                        "the SMs' CTAs (default on; NOTES.md entry 84)")
     p.add_argument("--reselect", metavar="TABLE",
                    help="re-derive TABLE's entries from its stored measurements, dropping configs "
                         "that spill when compiled offline for --arch (no GPU needed)")
@@ -655,7 +691,8 @@ def main(argv=None) -> int:
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
                  early_bottom=a.early_bottom, top_sum=a.top_sum,
-                 narrow=(base, a.narrow) if a.narrow else None, wide=a.wide)
+                 narrow=(base, a.narrow) if a.narrow else None, wide=a.wide,
+                 column_ctas=a.column_ctas)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

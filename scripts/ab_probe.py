@@ -39,7 +39,9 @@ re-tune's small entries can be told from the drift between machines (NOTES.md en
 ``--table-a generic``: A is the generic heuristic everywhere (no table, and not the compute
 capability 9.0 heuristic that ``matmul`` falls back to on H100/H200 since entry 81), B what
 ``matmul`` dispatches: on layers the shipped table lacks (``--sets llama3-8b``, other group
-sizes), the two heuristics against each other.
+sizes), the two heuristics against each other. ``--table-a uncapped``: A is the shipped
+table, else the compute capability 9.0 heuristic without its whole-column grids (NOTES.md
+entry 84: ``choose_config`` without the SM count), B what ``matmul`` dispatches.
 Layers where both tables pick the same config are timed too, a control for the noise. The
 outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
 configs are the same.
@@ -98,7 +100,8 @@ def main(argv=None) -> int:
                         "roundings (MARLIN_WG_DEFER)")
     p.add_argument("--table-a", default="",
                    help="A: the config this tuned table file dispatches (B: the shipped "
-                        "table's), plain builds; 'generic': the generic heuristic's")
+                        "table's), plain builds; 'generic': the generic heuristic's; "
+                        "'uncapped': the dispatch without whole-column grids")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
@@ -142,7 +145,9 @@ def main(argv=None) -> int:
     if not prefix and not a.variant and not a.table_a:
         p.error("give --define (naming a switch), --variant, or both; or --table-a")
     generic = a.table_a == "generic"
-    table_a = {} if generic else tune.table_entries(a.table_a) if a.table_a else None
+    uncapped = a.table_a == "uncapped"
+    table_a = tune.load_table(ops.device_facts()["name"]) if uncapped else {} if generic \
+        else tune.table_entries(a.table_a) if a.table_a else None
     b_prefix = define_line(a.base_define, "--base-define") if a.base_define else ""
     facts = ops.device_facts()
     table_commit = json.loads(shipped_path(facts["name"]).read_text()).get("git_commit")
@@ -172,7 +177,8 @@ def main(argv=None) -> int:
         return (config.fit_tuned(tune.lookup_in(table_a, m, n, k, a.group_size), m, n, k, zp,
                                  facts["smem_optin"])
                 or config.choose_config(m, n, k, a.group_size, zp, facts["smem_optin"],
-                                        cc=None if generic else facts["cc"]))
+                                        cc=None if generic else facts["cc"],
+                                        sms=None if uncapped else facts["sms"]))
 
     # A runs config a_cfgs[key, c] (c itself without --variant or --table-a), built with the
     # --define switches.

@@ -277,6 +277,34 @@ def test_probe_configs_start_with_the_dispatch_and_fit_the_layer():
         assert all(c.max_m is None or m <= c.max_m for c in cfgs)
 
 
+def test_the_tuner_measures_grid_caps_and_its_entry_runs(monkeypatch):
+    """One candidate on a layer of short columns whose whole columns fill half the grid: the
+    tuner times it on the full grid and capped at one CTA per column (``_c1``; ``_c2`` would
+    be the full grid), and the entry it keeps runs within the bound."""
+    from marlin_cupy import ops, tune
+    from marlin_cupy.config import KernelConfig
+    base = KernelConfig.from_name("t256_m1_n8_k8_s4_g8_fp32par_sw1")
+    sms = ops.device_facts()["sms"]
+    k, n = 896, 128 * (sms // 2)
+    monkeypatch.setattr(tune, "candidates", lambda *args, **kwargs: [base])
+    table = tune.tune([(k, n)], 128, buckets=(8,), progress=False)
+    assert {(r["config"], r["m"]) for r in table["measurements"]} == {
+        (c, m) for c in (base.name, base.name + "_c1") for m in (1, 8)}
+    assert all(r["median_us"] > 0 for r in table["measurements"])
+    (entry,) = table["entries"]
+    cfg = KernelConfig.from_name(entry["config"])
+    assert cfg.compiled == base
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+    qw = mc.quantize(w, bits=4, group_size=128)
+    x = cp.asarray(rng.standard_normal((8, k)).astype(np.float16))
+    y = mc.matmul(x, mc.pack(qw).to_device(), config=cfg)
+    ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
+    err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+    assert err < 2e-3, (err, _magnitudes(y, ref))
+    assert ops.plan(8, n, k, 128, config=cfg).grid == (sms // 2 if cfg.column_ctas else sms)
+
+
 # ---------------------------------------------------------------------------------------------
 # Chains (--chain-len) and marlin-pdl
 # ---------------------------------------------------------------------------------------------

@@ -130,7 +130,10 @@ class TestNames:
         KernelConfig(swap_ab=1, parallel_reduce=True, dyn_chunk=8, blocks_per_sm=2),
         KernelConfig(thread_m_blocks=2, parallel_reduce=True, dyn_chunk=12),
         KernelConfig(swap_ab=1, parallel_reduce=True, top_sum=True, blocks_per_sm=2),
-        KernelConfig(swap_ab=1, early_bottom=True, blocks_per_sm=2)],
+        KernelConfig(swap_ab=1, early_bottom=True, blocks_per_sm=2),
+        KernelConfig(swap_ab=1, parallel_reduce=True, early_bottom=True, column_ctas=1),
+        KernelConfig(threads=128, thread_m_blocks=8, thread_n_blocks=8, thread_k_blocks=4,
+                     swap_ab=16, wgmma=True, producer=True, column_ctas=12, blocks_per_sm=2)],
         ids=lambda c: c.name)
     def test_round_trip(self, cfg):
         assert KernelConfig.from_name(cfg.name) == cfg
@@ -166,6 +169,29 @@ class TestNames:
         assert dyn.with_(dyn_chunk=4).validate() and dyn.with_(dyn_chunk=3).problems()
         with pytest.raises(ValueError, match="no chunks"):
             base.chunks(16)
+
+    def test_column_ctas_is_a_cap_on_the_host(self):
+        """``column_ctas`` names a grid's cap (``_c<n>`` before ``_b``), compiles to the same
+        kernel as the config without it, and caps at n x the tile columns x the row slabs."""
+        from marlin_cupy import kernels
+        base = KernelConfig.from_name("t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws")
+        capped = base.with_(column_ctas=1)
+        assert capped.name == base.name + "_c1"
+        assert KernelConfig.from_name(base.name + "_c2_b2") == base.with_(column_ctas=2,
+                                                                          blocks_per_sm=2)
+        assert capped.compiled == base and base.compiled is base
+        for zp in (False, True):
+            assert kernels.marlin_source(capped, zp) == kernels.marlin_source(base, zp)
+            assert kernels.marlin_entry(capped, zp) == kernels.marlin_entry(base, zp)
+        assert base.column_grid(64, 9728) is None
+        assert capped.column_grid(64, 9728) == 76                  # 9728 / 128 columns, 1 slab
+        assert capped.column_grid(65, 9728) == 152                 # two 64-row slabs
+        assert base.with_(column_ctas=3).column_grid(1, 1024) == 24
+        assert not capped.problems()
+        for bad in (base.with_(column_ctas=-1),
+                    KernelConfig(swap_ab=1, parallel_reduce=True, dyn_chunk=8, column_ctas=1)):
+            with pytest.raises(ValueError, match="column_ctas"):
+                bad.validate()
 
     def test_bad_name_says_the_form(self):
         with pytest.raises(ValueError, match="t256_m1_n16_k4_s4_g8_fp32"):
@@ -296,16 +322,18 @@ class TestSm90Heuristic:
         from marlin_cupy.config import SM90_INSTANTIATED, group_blocks_for
         from marlin_cupy.ops import check_problem
         shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (3584, 4608), (896, 1152),
-                  (896, 896), (4864, 896), (3072, 9216), (192, 640), (640, 192), (192, 128)]
+                  (896, 896), (4864, 896), (3072, 9216), (192, 640), (640, 192), (192, 128),
+                  (896, 9728), (1024, 16384)]
         for k, n in shapes:
             if group_size != -1 and k % group_size:
                 continue
             for m in self.ALL_M:
-                cfg = choose_config(m, n, k, group_size, has_zp, cc="90")
-                check_problem(cfg, m, n, k, group_size, has_zp, 232448, "90")
-                assert cfg.group_blocks == group_blocks_for(group_size, k)
-                if cfg != choose_config(m, n, k, group_size, has_zp):
-                    assert cfg in SM90_INSTANTIATED, (m, n, k, cfg.name)
+                for sms in (None, 132, 114, 78):
+                    cfg = choose_config(m, n, k, group_size, has_zp, cc="90", sms=sms)
+                    check_problem(cfg, m, n, k, group_size, has_zp, 232448, "90")
+                    assert cfg.group_blocks == group_blocks_for(group_size, k)
+                    if cfg != choose_config(m, n, k, group_size, has_zp):
+                        assert cfg.compiled in SM90_INSTANTIATED, (m, n, k, cfg.name)
 
     def test_wgmma_from_9_rows_on_256_wide_tiles(self):
         """N a multiple of 256, K of 128: wgmma with a producer from 9 rows on. (At 9..16 rows
@@ -337,6 +365,40 @@ class TestSm90Heuristic:
                 assert order == [x for x in bucket if x in order], (m, n, k)
                 assert fits and choose_config(m, n, k, 128, cc="90") == fits[0], (m, n, k)
                 assert all(n % c.tile_n == 0 and k % c.tile_k == 0 for c in fits)
+
+    def test_short_columns_take_whole_columns(self):
+        """Given the SM count, the first candidate whose columns are at most eight units deep
+        and whose whole columns fill half the grid or more runs with one CTA per column: on
+        qwen2.5-0.5b's 896x9728 the configs entry 83 measured fastest there."""
+        from marlin_cupy.config import SHORT_COLUMN_UNITS, sm90_candidates, whole_columns
+        want = {1: "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb_c1",
+                8: "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb_c1",
+                16: "t256_m1_n8_k8_s8_g8_fp32par_sw2_eb_c1",
+                64: "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws_c1",
+                256: "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws_c1"}
+        for m, name in want.items():
+            assert choose_config(m, 9728, 896, 128, cc="90", sms=132).name == name, m
+            # without the SM count, or past the table: the first candidate, uncapped
+            assert choose_config(m, 9728, 896, 128, cc="90") == sm90_candidates(m, 9728, 896, 128)[0]
+        # M = 128: the 128-wide candidate is 64 deep (14 units), the others' 38 columns fill
+        # under half of 132: no cap
+        assert not choose_config(128, 9728, 896, 128, cc="90", sms=132).column_ctas
+        # M = 1024: 8 row slabs x 38 columns exceed the grid; nothing to cap
+        assert not choose_config(1024, 9728, 896, 128, cc="90", sms=132).column_ctas
+        # on a GPU with fewer SMs the same columns fill the grid: the first candidate, whole
+        assert choose_config(1, 9728, 896, 128, cc="90", sms=66).name == \
+            "t256_m1_n16_k8_s6_g8_fp32par_sw1_eb_c1"
+        # deep columns (32 units of 128) are never capped, whatever the grid
+        for m in self.ALL_M:
+            for sms in (16, 40, 132):
+                assert not choose_config(m, 4096, 4096, 128, cc="90", sms=sms).column_ctas
+        # the rule itself: the bounds of the share and of the depth
+        cfg = KernelConfig.from_name("t256_m1_n8_k8_s6_g8_fp32par_sw1_eb")
+        assert whole_columns([cfg], 1, 128 * 66, 896, 132) == cfg.with_(column_ctas=1)
+        assert whole_columns([cfg], 1, 128 * 65, 896, 132) is None          # under half
+        assert whole_columns([cfg], 1, 128 * 132, 896, 132) is None         # the whole grid
+        assert whole_columns([cfg], 1, 128 * 76, 128 * SHORT_COLUMN_UNITS, 132) is not None
+        assert whole_columns([cfg], 1, 128 * 76, 128 * (SHORT_COLUMN_UNITS + 1), 132) is None
 
     @pytest.mark.parametrize("cc", [None, "80", "86", "89", "100", "120"])
     def test_other_devices_keep_the_generic_heuristic(self, cc):

@@ -491,6 +491,67 @@ class TestDeterminismAndWorkspace:
         judge(x_h, qw, y)
 
 
+class TestColumnCtas:
+    """Grids capped at whole columns (``column_ctas``; NOTES.md entries 83-84): what the sm_90
+    heuristic dispatches on short columns, and explicit caps on deep ones."""
+
+    def test_short_columns_dispatch_whole_columns(self):
+        """qwen2.5-0.5b's gate+up layer (896x9728, seven 128-deep units per column): the
+        default dispatch on compute capability 9.0 runs the buckets entry 84 caps on one CTA
+        per column; every M is within the bound, and bitwise what the same kernel gives on the
+        same grid through ``max_ctas``; the locks are left at zero."""
+        from marlin_cupy import ops
+        facts = ops.device_facts()
+        if facts["cc"] != "90":
+            pytest.skip(f"the sm_90 heuristic's rule; this device is compute capability "
+                        f"{facts['cc']}")
+        rng = np.random.default_rng(40)
+        k, n = 896, 9728
+        capped_ms = set()
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, 128, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in (1, 5, 8, 16, 33, 64, 100, 256):
+                p = ops.plan(m, n, k, 128, not sym)
+                x_h = rng.standard_normal((m, k)).astype(np.float16)
+                y = run(x_h, mw)
+                judge(x_h, qw, y)
+                if p.config.column_ctas:
+                    capped_ms.add(m)
+                    assert p.grid == p.config.column_grid(m, n) < \
+                        facts["sms"] * p.config.blocks_per_sm, (m, p.config.name, p.grid)
+                    same = run(x_h, mw, config=p.config.compiled, max_ctas=p.grid)
+                    assert bool(cp.all(y.view(cp.uint16) == same.view(cp.uint16))), m
+                cp.cuda.get_current_stream().synchronize()
+                assert int(cp.count_nonzero(ops.workspace().locks)) == 0, m
+        if facts["sms"] == 132:     # the H200's and H100 SXM's: the buckets entry 84 measured
+            assert {1, 5, 8, 16, 33, 64, 256} <= capped_ms, sorted(capped_ms)
+
+    @pytest.mark.parametrize("name", ["t256_m1_n8_k8_s6_g8_fp32par_sw1_eb",
+                                      "t256_m1_n8_k8_s6_g8_fp32_sw1",
+                                      "t128_m4_n4_k8_s4_g8_fp32par",
+                                      "t256_m4_n16_k8_s4_g4_fp32_sw8_wg"])
+    @pytest.mark.parametrize("ctas", [1, 2, 3])
+    def test_explicit_caps(self, name, ctas):
+        """Explicit caps on columns of 2..24 units, serial and parallel reductions, at every
+        M the config serves: within the bound, on the grid the cap names."""
+        from marlin_cupy import ops
+        cfg = KernelConfig.from_name(name).with_(column_ctas=ctas)
+        _skip_unless_runs(cfg.compiled)
+        rng = np.random.default_rng(41 + ctas)
+        group = 16 * cfg.group_blocks
+        for k in (2 * cfg.tile_k, 24 * cfg.tile_k):
+            n = 5 * cfg.tile_n
+            qw = make_weight(rng, k, n, group, sym=ctas != 2)
+            mw = mc.pack(qw).to_device()
+            for m in ((1, 8) if cfg.max_m == 8 else (3, 64, 130)):
+                p = ops.plan(m, n, k, group, ctas == 2, config=cfg)
+                assert p.grid == min(cfg.column_grid(m, n), ops.plan(
+                    m, n, k, group, ctas == 2, config=cfg.compiled).grid), (k, m)
+                x_h = rng.standard_normal((m, k)).astype(np.float16)
+                judge(x_h, qw, run(x_h, mw, config=cfg))
+
+
 class TestInterop:
     @pytest.mark.parametrize("given", [False, True], ids=["torch_stream", "given_stream"])
     def test_torch_in_torch_out(self, given):

@@ -445,3 +445,36 @@ def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
     wide = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True, True)]
     assert wide == got[:3] + [f"t512_m1_n16_k8_s6_g8_fp32par_sw1{w}{v}"
                               for v in ("", "_eb", "_ts") for w in ("", "_w32")] + got[3:]
+
+
+def test_column_variants_only_where_the_cap_bites():
+    """The tuner's grid caps (NOTES.md entry 84): one and two CTAs per column where that grid is
+    at least a quarter of the persistent one and below it and the layer's units."""
+    cfg = KernelConfig.from_name("t256_m1_n8_k8_s6_g8_fp32par_sw1_eb")
+    names = lambda cs: [c.name[len(cfg.name):] for c in cs]     # noqa: E731
+    # 896x9728: 76 columns of 128, 7 units deep; 132 SMs
+    assert names(tune.column_variants(cfg, 8, 9728, 896, 132)) == ["_c1"]     # _c2: 152 >= 132
+    assert names(tune.column_variants(cfg, 8, 4864, 896, 132)) == ["_c1", "_c2"]  # 38, 76
+    assert names(tune.column_variants(cfg, 8, 2176, 896, 132)) == ["_c2"]     # 17 < 33 <= 34
+    assert tune.column_variants(cfg, 8, 2048, 896, 132) == []                 # 16, 32: < 33
+    # a cap at or above the layer's units changes nothing: two units per column take no _c2
+    assert names(tune.column_variants(cfg, 8, 9728, 256, 264)) == ["_c1"]
+    # already capped, or handed out at run time: nothing
+    assert tune.column_variants(cfg.with_(column_ctas=1), 8, 4864, 896, 132) == []
+    dyn = KernelConfig(swap_ab=1, parallel_reduce=True, dyn_chunk=8)
+    assert tune.column_variants(dyn, 8, 4864, 896, 132) == []
+    # row slabs count: 64-row tiles at M = 256 have four
+    wg = KernelConfig.from_name("t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws")
+    assert [c.column_grid(256, 1152) for c in tune.column_variants(wg, 256, 1152, 896, 132)] \
+        == [36, 72]
+
+
+def test_the_heuristic_rule_leaves_capped_grids_out():
+    """Measurements on capped grids neither compete in the sm_90 rule nor set a layer's best."""
+    a, b = ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws")
+    rows = [dict(m=64, n=n, k=896, config=c, median_us=us)
+            for n, times in ((4096, (10, 11, 1)), (8192, (20, 19, 1)))
+            for c, us in zip((a, b, a + "_c1"), times)]
+    without = [r for r in rows if not r["config"].endswith("_c1")]
+    assert tune.heuristic_rule(rows) == tune.heuristic_rule(without)
+    assert tune.heuristic_rule(rows)[64] == (a,)
