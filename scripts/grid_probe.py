@@ -3,7 +3,8 @@ column, no partial sums) beat the full persistent grid where K is short? (Needs 
 
     python3 scripts/grid_probe.py OUT.json [--sets qwen2.5-0.5b] [--m 1,16,64,128,256]
 
-For every layer and M, candidates are the default dispatch's config and the compute
+For every layer and M, candidates are the default dispatch's config (without its own grid
+cap, ``column_ctas``: that is one of the grids timed) and the compute
 capability 9.0 heuristic's three configs for the M bucket, the generic heuristic's and a
 64-wide unswapped tile (each fitted to the layer as the dispatch fits them), each at the full grid (one CTA per resident
 slot, what ``matmul`` launches) and capped (``max_ctas``) at the tile columns times the row
@@ -39,7 +40,8 @@ def candidates(m: int, n: int, k: int, g: int):
     """Distinct configs that fit the layer: the dispatch's, the sm_90 heuristic's bucket, the
     generic heuristic's."""
     gb = config.group_blocks_for(g, k)
-    out = [ops.plan(m, n, k, g).config, *config.sm90_candidates(m, n, k, g)]
+    # uncapped (the dispatch's own cap, column_ctas, is one of the grids timed below)
+    out = [ops.plan(m, n, k, g).config.compiled, *config.sm90_candidates(m, n, k, g)]
     out.append(config.choose_config(m, n, k, g))        # no table, no cc: the generic one
     # and a narrow unswapped tile (64 wide), many columns for whole-column grids
     narrow = config.fit_tuned(config.KernelConfig.from_name("t128_m4_n4_k8_s4_g8_fp32par")

@@ -18,12 +18,17 @@ SHAPE_SETS = {
 #: 81). The probe scripts take them as sets (``set_shapes``); the benchmark as custom shapes
 #: (``--shapes llama3-8b``: its records name only DESIGN.md s.8's sets). llama3-8b: GQA qkv, o (llama2-7b's
 #: 4096x4096, in the table), gate+up, down; qwen2.5-7b and -0.5b: GQA qkv with biases
-#: dropped, o, gate+up, down (0.5b's 896 and 1152 are no multiples of 256); phi3-mini.
+#: dropped, o, gate+up, down (0.5b's 896 and 1152 are no multiples of 256); phi3-mini; and two
+#: small models whose short columns (K = 1536, 2048) the whole-column rule was checked on
+#: (NOTES.md entry 84): qwen2.5-1.5b (hidden 1536, 2 KV heads of 128, intermediate 8960) and
+#: llama3.2-1b (hidden 2048, 8 KV heads of 64, intermediate 8192).
 OTHER_SETS = {
     "llama3-8b": ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)),
     "qwen2.5-7b": ((3584, 4608), (3584, 3584), (3584, 37888), (18944, 3584)),
     "phi3-mini": ((3072, 9216), (3072, 3072), (3072, 16384), (8192, 3072)),
     "qwen2.5-0.5b": ((896, 1152), (896, 896), (896, 9728), (4864, 896)),
+    "qwen2.5-1.5b": ((1536, 2048), (1536, 1536), (1536, 17920), (8960, 1536)),
+    "llama3.2-1b": ((2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048)),
 }
 #: Every fixed set by name (the probe scripts' ``--sets``).
 ALL_SETS = {**SHAPE_SETS, **OTHER_SETS}
