@@ -636,14 +636,38 @@ def whole_columns(cfgs, m: int, n: int, k: int, sms: int) -> KernelConfig | None
     return None
 
 
+#: Narrow layers (N at most this, from 9 to ``NARROW_MAX_M`` rows; at most ``NARROW_N_DECODE``
+#: up to 8 rows) take the bucket's 128-wide candidate before its 256-wide ones: with a dozen or
+#: fewer 256-wide columns on 132 SMs every column has many sharers. Measured on the grids of
+#: ``scripts/grid_probe.py`` on layers of four small models with N = 1536..3072 (NOTES.md entry
+#: 84): faster at M = 16..256 on all but a few layer-buckets (the largest gains where the
+#: 256-wide candidate is the serial chain, M = 192..256), at M <= 8 faster where N <= 2048 and
+#: 2-4 % slower at N = 3072, and mostly slower at M = 1024. The llama2 layers (N >= 4096) keep
+#: the order they were fitted with.
+NARROW_N = 3072
+NARROW_N_DECODE = 2048
+NARROW_MAX_M = 256
+
+
+def narrow_first(cfgs, m: int, n: int) -> list:
+    """``cfgs`` (``sm90_candidates``) with the 128-wide ones first where the layer is narrow
+    (``NARROW_N``, ``NARROW_N_DECODE``, ``NARROW_MAX_M``), else as they are."""
+    if m > NARROW_MAX_M or n > (NARROW_N if m > 8 else NARROW_N_DECODE):
+        return list(cfgs)
+    return [c for c in cfgs if c.tile_n < 256] + [c for c in cfgs if c.tile_n >= 256]
+
+
 def sm90_choice(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
                 smem_limit: int = 232448, sms: int | None = None) -> KernelConfig | None:
     """The compute capability 9.0 heuristic's config, or None where none of its bucket's
-    configs fits N, K and shared memory: with the device's SM count ``sms``, the first of
-    ``sm90_candidates`` that ``whole_columns`` takes with one CTA per column; else (or without
-    ``sms``) the first of them."""
+    configs fits N, K and shared memory. With the device's SM count ``sms`` (what the dispatch
+    passes): ``sm90_candidates`` reordered by ``narrow_first``, then the first that
+    ``whole_columns`` takes with one CTA per column, else the first of them. Without ``sms``:
+    the first of ``sm90_candidates``, the order fitted on the llama2 layers alone (the dispatch
+    before NOTES.md entry 84; ``scripts/ab_probe.py --table-a uncapped`` times it)."""
     fits = sm90_candidates(m, n, k, group_size, has_zp, smem_limit)
     if fits and sms:
+        fits = narrow_first(fits, m, n)
         capped = whole_columns(fits, m, n, k, sms)
         if capped is not None:
             return capped

@@ -40,8 +40,9 @@ re-tune's small entries can be told from the drift between machines (NOTES.md en
 capability 9.0 heuristic that ``matmul`` falls back to on H100/H200 since entry 81), B what
 ``matmul`` dispatches: on layers the shipped table lacks (``--sets llama3-8b``, other group
 sizes), the two heuristics against each other. ``--table-a uncapped``: A is the shipped
-table, else the compute capability 9.0 heuristic without its whole-column grids (NOTES.md
-entry 84: ``choose_config`` without the SM count), B what ``matmul`` dispatches.
+table, else the compute capability 9.0 heuristic without the rules that NOTES.md entry 84
+added (``choose_config`` without the SM count: no narrow-layer order, no whole-column grids),
+B what ``matmul`` dispatches.
 Layers where both tables pick the same config are timed too, a control for the noise. The
 outputs are compared by their relative difference (at most 2e-3 of B's norm) unless the two
 configs are the same.
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--table-a", default="",
                    help="A: the config this tuned table file dispatches (B: the shipped "
                         "table's), plain builds; 'generic': the generic heuristic's; "
-                        "'uncapped': the dispatch without whole-column grids")
+                        "'uncapped': the dispatch without entry 84's rules (SM count)")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")

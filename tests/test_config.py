@@ -400,6 +400,30 @@ class TestSm90Heuristic:
         assert whole_columns([cfg], 1, 128 * 76, 128 * SHORT_COLUMN_UNITS, 132) is not None
         assert whole_columns([cfg], 1, 128 * 76, 128 * (SHORT_COLUMN_UNITS + 1), 132) is None
 
+    def test_narrow_layers_take_the_128_wide_candidate_first(self):
+        """Given the SM count, layers of N <= 3072 (<= 2048 up to 8 rows) take the bucket's
+        128-wide candidate up to M = 256; wider ones, larger M, and the fitted order without
+        the SM count keep the 256-wide first."""
+        from marlin_cupy.config import (NARROW_MAX_M, NARROW_N, NARROW_N_DECODE,
+                                        narrow_first, sm90_candidates)
+        assert (NARROW_N, NARROW_N_DECODE, NARROW_MAX_M) == (3072, 2048, 256)
+        for k, n in [(1536, 1536), (8960, 1536), (2048, 2048), (8192, 2048), (3072, 3072),
+                     (2048, 3072), (4096, 4096), (3584, 3584), (2048, 16384)]:
+            for m in self.ALL_M:
+                fits = sm90_candidates(m, n, k, 128)
+                cfg = choose_config(m, n, k, 128, cc="90", sms=132)
+                narrow = m <= NARROW_MAX_M and n <= (NARROW_N if m > 8 else NARROW_N_DECODE)
+                want = next(c for c in fits if c.tile_n == 128) if narrow else fits[0]
+                assert cfg == want, (m, n, k, cfg.name)
+                assert choose_config(m, n, k, 128, cc="90") == fits[0]
+                order = narrow_first(fits, m, n)
+                assert sorted(order, key=lambda c: c.name) == sorted(fits, key=lambda c: c.name)
+        # the llama2 table's layers are dispatched from the table whatever the rule
+        for m in self.ALL_M:
+            assert choose_config(m, 4096, 4096, 128, device_name="NVIDIA H200", cc="90",
+                                 sms=132) == choose_config(m, 4096, 4096, 128,
+                                                           device_name="NVIDIA H200")
+
     @pytest.mark.parametrize("cc", [None, "80", "86", "89", "100", "120"])
     def test_other_devices_keep_the_generic_heuristic(self, cc):
         for m in self.ALL_M:

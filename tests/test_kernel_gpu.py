@@ -552,6 +552,24 @@ class TestColumnCtas:
                 judge(x_h, qw, run(x_h, mw, config=cfg))
 
 
+def test_narrow_layers_dispatch_within_the_bound():
+    """Narrow layers (N <= 3072) on compute capability 9.0 take the 128-wide candidate
+    (``config.narrow_first``, NOTES.md entry 84): within the bound at M on both sides of its
+    limits (8 rows, 256 rows), symmetric and with zero points."""
+    from marlin_cupy import ops
+    from marlin_cupy.config import NARROW_MAX_M
+    rng = np.random.default_rng(42)
+    for k, n in ((1536, 1536), (2048, 3072)):
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, 128, sym=sym)
+            mw = mc.pack(qw).to_device()
+            for m in (1, 8, 9, 64, 200, NARROW_MAX_M, NARROW_MAX_M + 1):
+                x_h = rng.standard_normal((m, k)).astype(np.float16)
+                judge(x_h, qw, run(x_h, mw))
+                if ops.device_facts()["cc"] == "90" and 8 < m <= NARROW_MAX_M:
+                    assert ops.plan(m, n, k, 128, not sym).config.tile_n == 128, (m, n, k)
+
+
 class TestInterop:
     @pytest.mark.parametrize("given", [False, True], ids=["torch_stream", "given_stream"])
     def test_torch_in_torch_out(self, given):
