@@ -102,8 +102,9 @@ class KernelConfig:
     #: ``column_ctas`` x the tile columns x the row slabs, so that no column has more than
     #: ``column_ctas`` sharers where the persistent grid allows that many CTAs; 1 gives every CTA
     #: whole columns (no partial sums, no count-in). It pays on short columns, where the
-    #: cross-CTA sums cost more than the longer stripes (K = 896 and 9728 columns: -15..-36 %,
-    #: benchmarks/NOTES.md entries 83 and 84). 0: one CTA per resident slot. Name: _c<n>.
+    #: cross-CTA sums cost more than the longer stripes (896x9728, seven 128-deep units per
+    #: column: -15..-36 %, benchmarks/NOTES.md entries 83 and 84). 0: one CTA per resident
+    #: slot. Name: _c<n>.
     column_ctas: int = 0
 
     # ---- derived quantities, the same constexprs as in the kernel
@@ -628,11 +629,11 @@ def whole_columns(cfgs, m: int, n: int, k: int, sms: int) -> KernelConfig | None
     half of the persistent grid (``sms`` x CTAs per SM) but not all of it, with
     ``column_ctas=1``; None where none is."""
     for cfg in cfgs:
-        full = sms * cfg.blocks_per_sm
-        whole = cfg.with_(column_ctas=1).column_grid(m, n)
+        capped = cfg.with_(column_ctas=1)
+        full, whole = sms * cfg.blocks_per_sm, capped.column_grid(m, n)
         if k // cfg.tile_k <= SHORT_COLUMN_UNITS and full <= 2 * whole < 2 * full \
-                and not cfg.dyn_chunk:
-            return cfg.with_(column_ctas=1)
+                and not capped.problems():
+            return capped
     return None
 
 
@@ -716,8 +717,9 @@ def choose_config(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
     """The default configuration for a problem (the dispatch of ``mc.matmul``).
 
     The device's tuned table (``marlin_cupy.tune``) when it has this (N, K, M bucket); else, on
-    compute capability ``cc`` "90", the sm_90 heuristic (``sm90_choice``, which caps the grid
-    at whole columns on short ones given the device's SM count ``sms``); else the generic
+    compute capability ``cc`` "90", the sm_90 heuristic (``sm90_choice``, which, given the
+    device's SM count ``sms``, puts 128-wide tiles first on narrow layers and caps the grid at
+    whole columns on short ones); else the generic
     heuristic: the tile shape of ``_heuristic_shape``, as many 16-row blocks as M needs (64-row
     slabs beyond 64), swapped MMA operands up to 8 rows, and ``HEURISTIC_STAGES`` stages, fewer
     if shared memory is short.

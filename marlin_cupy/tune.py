@@ -200,13 +200,14 @@ def column_variants(cfg: KernelConfig, m: int, n: int, k: int, full: int) -> lis
     """``cfg`` with each cap of ``TUNE_COLUMN_CTAS`` whose grid at M (``column_grid``) is at
     least ``TUNE_COLUMN_MIN_SHARE`` of ``full`` (the persistent grid: SMs x resident CTAs per SM)
     and below it and below the layer's units (else the cap changes nothing)."""
-    if cfg.column_ctas or cfg.dyn_chunk:
+    if cfg.column_ctas:
         return []
     out = []
     for ctas in TUNE_COLUMN_CTAS:
         capped = cfg.with_(column_ctas=ctas)
         grid = capped.column_grid(m, n)
-        if full * TUNE_COLUMN_MIN_SHARE <= grid < min(full, grid // ctas * (k // cfg.tile_k)):
+        units = grid // ctas * (k // cfg.tile_k)        # whole columns x units per column
+        if full * TUNE_COLUMN_MIN_SHARE <= grid < min(full, units) and not capped.problems():
             out.append(capped)
     return out
 
