@@ -14,6 +14,8 @@ Entries are keyed by N, K, group size and M bucket within a device's table. ``--
 tunes only those M buckets; with ``--merge TABLE`` the result is TABLE with just those buckets'
 measurements and entries replaced (for the tuned layers), e.g. to try new candidates at small M
 without a full run. A merged table should be ``--reselect``-ed again before it ships.
+``--merge TABLE --prior N`` tunes a new model's layers (those TABLE has not measured) on the
+candidates TABLE's measurements rank best per bucket, in a fraction of a full run's time.
 
 Timing follows the benchmark harness (``bench.harness.Timer``): CUDA events with the host kept
 ahead by a spin kernel, weights rotated past the L2, median of the samples.
@@ -230,7 +232,7 @@ def heuristic_passes_over(cfg: KernelConfig) -> bool:
 HEURISTIC_TILES = ((256, (128,), False), (256, (64,), False), (128, (64, 128), True))
 
 
-def heuristic_rule(measurements, exclude=()) -> dict:
+def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
     at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
@@ -239,11 +241,14 @@ def heuristic_rule(measurements, exclude=()) -> dict:
     measured on the most layers (every layer where any is), but those named in ``exclude`` and
     those ``heuristic_passes_over``. Names are the g128 ones; a class with no candidate is left
     out. Measurements on capped grids (``column_ctas``) are left out: whether to cap is
-    ``config.whole_columns``' rule. Returns {bucket: (name, ...)}."""
+    ``config.whole_columns``' rule. ``layers``: only these (K, N) (the shipped rule is fitted
+    on the twelve llama2 layers, which a full run measured; other models' layers were tuned on
+    a ranked few candidates, ``--prior``). Returns {bucket: (name, ...)}."""
     import math
     times = {}          # (m, n, k) -> {config: median_us}
     for r in measurements:
-        if KernelConfig.from_name(r["config"]).column_ctas:
+        if KernelConfig.from_name(r["config"]).column_ctas or \
+                (layers is not None and (r["k"], r["n"]) not in layers):
             continue
         t = times.setdefault((r["m"], r["n"], r["k"]), {})
         t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
@@ -322,6 +327,9 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     if new.get("narrow"):
         # A narrow re-tune: the pairs' measurements are now those few configs' alone.
         out["merged"]["narrow"] = new["narrow"]
+    if new.get("prior"):
+        # New layers measured on the candidates base's measurements rank (prior_candidates).
+        out["merged"]["prior"] = new["prior"]
     if keep_within > 0:
         out["merged"]["keep_within"] = keep_within
         out["merged"]["incumbents"] = [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"],
@@ -498,10 +506,72 @@ def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
     return list(dict.fromkeys(out))
 
 
+#: ``--prior``'s classes: a candidate's tile (columns, depth), reduction and loop. Each class
+#: keeps its best-scored configs, so that a small layer, which the prior's large layers' best
+#: tiles do not fit (N = 896 takes no 256-wide tile, K = 896 none 256 deep), still gets the
+#: best of the tiles that do.
+def prior_class(cfg: KernelConfig) -> tuple:
+    return (cfg.tile_n, cfg.tile_k, cfg.parallel_reduce, cfg.wgmma)
+
+
+def prior_scores(measurements, bucket: int) -> dict:
+    """{config name: score} for M ``bucket`` from a table's stored ``measurements``: the mean,
+    over the bucket's (layer, M) pairs that a full run measured (at least half as many configs
+    as the most measured pair: narrow re-tunes' pairs hold a few winners only), of the log of
+    the config's time over that pair's fastest; configs measured on fewer than three quarters
+    of those pairs, and capped grids (``column_ctas``), are left out. Lower is better; 0 would
+    be the fastest everywhere. What ``prior_candidates`` ranks with."""
+    import math
+    times = {}
+    for r in measurements:
+        if m_bucket(r["m"]) != bucket or KernelConfig.from_name(r["config"]).column_ctas:
+            continue
+        t = times.setdefault((r["m"], r["n"], r["k"]), {})
+        t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
+    if not times:
+        return {}
+    widest = max(len(t) for t in times.values())
+    pairs = [t for t in times.values() if 2 * len(t) >= widest]
+    logs = {}
+    for t in pairs:
+        best = min(t.values())
+        for name, us in t.items():
+            logs.setdefault(name, []).append(math.log(us / best))
+    return {name: sum(v) / len(v) for name, v in logs.items() if 4 * len(v) >= 3 * len(pairs)}
+
+
+def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem_limit: int,
+                     per_class: int, top: int, sms: int | None = None) -> list:
+    """A layer's candidates ranked by another table's measurements (``prior_scores`` of the
+    bucket), for a layer that table never measured: of every candidate that fits (wgmma, both
+    reductions, the early-bottom and top-sum twins), the ``top`` best scored, the
+    ``per_class`` best of each ``prior_class``, and what the compute capability 9.0 heuristic
+    would run without a table (``config.sm90_candidates``, and ``sm90_choice``'s pick with
+    ``sms``), so that the tuned entry is never one the heuristic beats in the same run.
+    Candidates the prior never measured are left out (every tile it ranks was measured on
+    its layers). The prior is a table of the same group size (``--merge`` checks it)."""
+    from . import config as _config
+    every = {c.name: c for c in candidates(m, n, k, group_size, smem_limit, wgmma=True,
+                                          parallel_reduce=True, early_bottom=True,
+                                          top_sum=True)}
+    ranked = sorted((c for c in every.values() if c.name in scores), key=lambda c: scores[c.name])
+    out = ranked[:top]
+    seen = {}
+    for c in ranked:
+        cls = prior_class(c)
+        if seen.get(cls, 0) < per_class:
+            seen[cls] = seen.get(cls, 0) + 1
+            out.append(c)
+    heur = _config.sm90_candidates(m, n, k, group_size, smem_limit=smem_limit)
+    pick = _config.sm90_choice(m, n, k, group_size, smem_limit=smem_limit, sms=sms)
+    out += [c.with_(column_ctas=0) for c in heur + ([pick] if pick is not None else [])]
+    return [c for c in dict.fromkeys(out) if _fits(c, n, k, smem_limit)]
+
+
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
          top_sum: bool = False, narrow: tuple | None = None, wide: bool = False,
-         column_ctas: bool = True) -> dict:
+         column_ctas: bool = True, prior: tuple | None = None) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
@@ -512,7 +582,10 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
     (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes);
     ``wide`` adds their 512-thread twins there (``narrow_candidates``). ``column_ctas`` also
-    measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84)."""
+    measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84).
+    ``prior`` = (TABLE, PER_CLASS, TOP): on layers TABLE never measured, only
+    ``prior_candidates`` ranked by TABLE's measurements (a new model's layers in a fraction
+    of a full run's time; NOTES.md entry 85)."""
     import cupy as cp
     import numpy as np
 
@@ -525,7 +598,14 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     rng = np.random.default_rng(0)
     wg = bool(wgmma) and facts["cc"] == "90"
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
+    scores = {b: prior_scores(prior[0]["measurements"], b) for b in buckets} if prior else {}
+
     def cands(k, n, b):
+        if prior is not None:
+            return [c for c in prior_candidates(scores[b], BUCKET_M[b], n, k, group_size,
+                                                facts["smem_optin"], prior[1], prior[2],
+                                                facts["sms"])
+                    if wg or not c.wgmma]
         if narrow is not None:
             return [c for c in narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom,
                                                  top_sum, wide)
@@ -577,6 +657,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             **({"kernel_defines": env["kernel_defines"]} if "kernel_defines" in env else {}),
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
             **({"narrow": narrow[1]} if narrow is not None else {}),
+            **({"prior": {"per_class": prior[1], "top": prior[2]}} if prior is not None else {}),
             "entries": entries, "measurements": rows}
 
 
@@ -627,6 +708,14 @@ def main(argv=None) -> int:
                    help="with --narrow: also each candidate's 512-thread twins (64- and "
                         "32-column warps) where it runs one CTA of 256 threads per SM in the "
                         "mma.sync loop (NOTES.md entry 74)")
+    p.add_argument("--prior", type=int, default=0, metavar="PER_CLASS",
+                   help="with --merge: tune only the layers TABLE has not measured, each on the "
+                        "candidates TABLE's measurements rank best in the same bucket (the "
+                        "PER_CLASS best of each tile, reduction and loop, the --prior-top best "
+                        "overall, and the heuristic's), not every candidate; --buckets "
+                        "defaults to all (NOTES.md entry 85)")
+    p.add_argument("--prior-top", type=int, default=12, metavar="TOP",
+                   help="with --prior: how many of the best-ranked configs overall (default 12)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
                    help="with --merge: keep TABLE's config for a tuned pair where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "
@@ -636,8 +725,15 @@ def main(argv=None) -> int:
         buckets = parse_buckets(a.buckets)
     except ValueError as e:
         p.error(str(e))
-    if a.merge and not a.buckets:
+    if a.merge and not a.buckets and not a.prior:
         p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
+    if a.prior and not a.merge:
+        p.error("--prior needs --merge (the ranking comes from TABLE's measurements)")
+    if a.prior and a.narrow:
+        p.error("--prior tunes layers TABLE lacks, --narrow re-tunes those it holds: one or the "
+                "other")
+    if a.prior < 0 or a.prior_top < 0:
+        p.error("--prior and --prior-top are counts, at least 0")
     if a.narrow and not a.merge:
         p.error("--narrow needs --merge (the configs come from TABLE's measurements)")
     if a.wide and not a.narrow:
@@ -689,11 +785,21 @@ def main(argv=None) -> int:
         if base.get("device_name") != device:   # before minutes of tuning, not after
             p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
                     f"{device!r}")
+        if a.prior:
+            held = {(r["k"], r["n"]) for r in base["measurements"]}
+            kept = [s for s in shapes if s in held]
+            shapes = [s for s in shapes if s not in held]
+            if kept:
+                print(f"--prior: {len(kept)} layer(s) {a.merge} already holds keep their "
+                      f"entries: {kept}")
+            if not shapes:
+                p.error(f"--prior: {a.merge} already holds every layer asked for")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
                  early_bottom=a.early_bottom, top_sum=a.top_sum,
                  narrow=(base, a.narrow) if a.narrow else None, wide=a.wide,
-                 column_ctas=a.column_ctas)
+                 column_ctas=a.column_ctas,
+                 prior=(base, a.prior, a.prior_top) if a.prior else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

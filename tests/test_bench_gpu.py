@@ -305,6 +305,43 @@ def test_the_tuner_measures_grid_caps_and_its_entry_runs(monkeypatch):
     assert ops.plan(8, n, k, 128, config=cfg).grid == (sms // 2 if cfg.column_ctas else sms)
 
 
+def test_the_tuner_with_a_prior_tunes_only_new_layers_and_merges(tmp_path):
+    """``--merge TABLE --prior``: a layer TABLE holds keeps its entry; a new one is measured on
+    the candidates TABLE's measurements rank (and the heuristic's), and its entry runs."""
+    import json
+    from marlin_cupy import config, ops, tune
+    from marlin_cupy.config import KernelConfig
+    facts = ops.device_facts()
+    a, b = "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb", "t256_m1_n8_k8_s4_g8_fp32par_sw1"
+    base = {"kind": "tuned_table", "device_name": facts["name"], "git_commit": "x",
+            "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 8, "m": 8,
+                         "config": a, "median_us": 10.0}],
+            "measurements": [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t}
+                             for m in (1, 8) for c, t in ((a, 10.0), (b, 12.0))]}
+    src, out = tmp_path / "base.json", tmp_path / "out.json"
+    src.write_text(json.dumps(base))
+    assert tune.main(["--sets", "", "--shapes", "4096,4096;896,1152", "--buckets", "8",
+                      "--merge", str(src), "--prior", "1", "--prior-top", "1",
+                      "--out", str(out), "--no-progress"]) == 0
+    table = json.loads(out.read_text())
+    old = [e for e in table["entries"] if (e["k"], e["n"]) == (4096, 4096)]
+    assert old == base["entries"]
+    (entry,) = [e for e in table["entries"] if (e["k"], e["n"]) == (896, 1152)]
+    measured = {r["config"] for r in table["measurements"] if (r["k"], r["n"]) == (896, 1152)}
+    heur = {c.name for c in config.sm90_candidates(8, 1152, 896, 128)}
+    assert {a, b} & measured and heur <= measured and entry["config"] in measured
+    assert table["merged"]["prior"] == {"per_class": 1, "top": 1}
+    cfg = KernelConfig.from_name(entry["config"])
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((896, 1152)).astype(np.float32) * 0.02
+    qw = mc.quantize(w, bits=4, group_size=128)
+    x = cp.asarray(rng.standard_normal((8, 896)).astype(np.float16))
+    y = mc.matmul(x, mc.pack(qw).to_device(), config=cfg)
+    ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
+    err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+    assert err < 2e-3, (err, _magnitudes(y, ref))
+
+
 # ---------------------------------------------------------------------------------------------
 # Chains (--chain-len) and marlin-pdl
 # ---------------------------------------------------------------------------------------------

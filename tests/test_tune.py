@@ -354,6 +354,17 @@ class TestPartialRetune:
             tune.main(["--merge", "x.json"])
         assert "--merge needs --buckets" in capsys.readouterr().err
 
+    def test_prior_needs_merge_and_not_narrow(self, capsys):
+        with pytest.raises(SystemExit):
+            tune.main(["--prior", "2"])
+        assert "--prior needs --merge" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            tune.main(["--merge", "x.json", "--prior", "2", "--narrow", "3"])
+        assert "one or the other" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            tune.main(["--merge", "x.json", "--prior", "2", "--prior-top", "-1"])
+        assert "at least 0" in capsys.readouterr().err
+
 
 
 def test_early_bottom_twins_only_where_they_apply():
@@ -445,6 +456,64 @@ def test_narrow_candidates_are_the_tables_fastest_with_their_variants():
     wide = [c.name for c in tune.narrow_candidates(table, 4096, 4096, 8, 2, True, True, True)]
     assert wide == got[:3] + [f"t512_m1_n16_k8_s6_g8_fp32par_sw1{w}{v}"
                               for v in ("", "_eb", "_ts") for w in ("", "_w32")] + got[3:]
+
+
+def test_prior_scores_rank_by_mean_log_slowdown_over_fully_measured_pairs():
+    """--prior's ranking: mean log slowdown against each pair's fastest, over the pairs a full
+    run measured (a narrow re-tune's few winners do not set anyone's coverage), configs on
+    fewer than three quarters of them and capped grids left out; other buckets ignored."""
+    import math
+    from marlin_cupy import tune
+    a, b, c, d = ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+                  "t256_m4_n16_k8_s4_g8_fp32par_sw8_wg_w32_ws",
+                  "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws",
+                  "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws")
+    rows = []
+    for n, times in ((4096, {a: 10, b: 20, c: 40, d: 11}), (8192, {a: 30, b: 15, c: 60, d: 16}),
+                     (12288, {a: 5, b: 5, c: 10}), (16384, {a: 8, b: 8, c: 8})):
+        rows += [dict(m=64, n=n, k=4096, config=x, median_us=us) for x, us in times.items()]
+    rows.append(dict(m=64, n=4096, k=4096, config=a + "_c1", median_us=1))    # capped: out
+    rows.append(dict(m=64, n=5120, k=4096, config=c, median_us=1))     # narrow pair: 1 of 4
+    rows.append(dict(m=128, n=4096, k=4096, config=c, median_us=1))    # another bucket
+    got = tune.prior_scores(rows, 64)
+    assert set(got) == {a, b, c}            # d measured on 2 of the 4 full pairs: out
+    assert got[a] == pytest.approx(math.log(2) / 4)
+    assert got[b] == pytest.approx(math.log(2) / 4)
+    assert got[c] == pytest.approx((math.log(4) + math.log(4) + math.log(2)) / 4)
+    assert tune.prior_scores(rows, 16) == {}
+
+
+def test_prior_candidates_fit_the_layer_keep_each_class_and_the_heuristic():
+    """--prior's candidates for a layer the prior never measured: the top-ranked that fit, the
+    best of each class (tile, reduction, loop), and the sm_90 heuristic's configs, each once;
+    on a small layer (N = K = 896) only tiles that divide it."""
+    from marlin_cupy import config, tune
+    every = tune.candidates(64, 4096, 4096, 128, 232448, wgmma=True, parallel_reduce=True,
+                            early_bottom=True, top_sum=True)
+    scores = {c.name: i / 10 for i, c in enumerate(every)}
+    got = tune.prior_candidates(scores, 64, 4096, 4096, 128, 232448, per_class=1, top=3,
+                                sms=132)
+    assert len(got) == len(set(got))
+    assert got[:3] == every[:3]
+    classes = {tune.prior_class(c) for c in every}
+    firsts = {cls: next(c for c in every if tune.prior_class(c) == cls) for cls in classes}
+    assert set(firsts.values()) <= set(got)
+    heur = config.sm90_candidates(64, 4096, 4096, 128)
+    assert set(heur) <= set(got)
+    assert len(got) <= 3 + len(classes) + len(heur) + 1
+    small = tune.prior_candidates(scores, 64, 896, 896, 128, 232448, per_class=2, top=12,
+                                  sms=132)
+    assert small and all(896 % c.tile_n == 0 and 896 % c.tile_k == 0 for c in small)
+    assert not any(c.column_ctas for c in small)     # the tuner adds the caps
+    # the heuristic's capped pick is there uncapped (its cap is one of column_variants')
+    pick = config.sm90_choice(64, 9728, 896, 128, sms=132)
+    assert pick.column_ctas == 1
+    wide = tune.prior_candidates(scores, 64, 9728, 896, 128, 232448, 1, 3, sms=132)
+    assert pick.with_(column_ctas=0) in wide
+    assert pick in tune.column_variants(pick.with_(column_ctas=0), 64, 9728, 896,
+                                        132 * pick.blocks_per_sm)
+    # unranked candidates are left out, but the heuristic's stay
+    assert set(tune.prior_candidates({}, 64, 4096, 4096, 128, 232448, 2, 12, 132)) == set(heur)
 
 
 def test_column_variants_only_where_the_cap_bites():
