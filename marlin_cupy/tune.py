@@ -294,10 +294,11 @@ def parse_buckets(text: str) -> tuple:
 def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.0) -> dict:
     """``base`` with the (layer, bucket) pairs that ``new`` tuned replaced by ``new``'s
     measurements and entries; everything else, and ``base``'s other keys, kept. The result
-    carries ``new``'s provenance (commit, date, versions) and names the merged pairs. With
-    ``keep_within`` (a fraction) a pair keeps ``base``'s config where ``new`` measured it at
-    most that much slower than its winner; the incumbents are stored with the rule, so that
-    ``--reselect`` applies it again."""
+    carries ``new``'s provenance (commit, date, versions) and names the merged pairs, with
+    ``base``'s own merge record under ``earlier``. With ``keep_within`` (a fraction) a pair
+    keeps ``base``'s config where ``new`` measured it at most that much slower than its
+    winner; the incumbents are stored with the rule (``base``'s stored ones too, for the pairs
+    this merge leaves alone), so that ``--reselect`` applies it again."""
     tuned = {(n, k, b) for (k, n) in shapes for b in buckets}
 
     def key_m(r):
@@ -330,10 +331,20 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     if new.get("prior"):
         # New layers measured on the candidates base's measurements rank (prior_candidates).
         out["merged"]["prior"] = new["prior"]
+    # Incumbents of earlier merges whose pairs this one leaves alone keep their rule.
+    prev, prev_keep = stored_incumbents(base)
+    kept = [{"n": n, "k": k, "m_bucket": b, "config": name,
+             "keep_within": prev_keep[(n, k, b)]}
+            for (n, k, b), name in (prev or {}).items() if (n, k, b) not in tuned]
+    if keep_within > 0:
+        kept += [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"], "config": e["config"],
+                  "keep_within": keep_within} for e in incumbents]
+    if kept:
+        out["merged"]["incumbents"] = kept
     if keep_within > 0:
         out["merged"]["keep_within"] = keep_within
-        out["merged"]["incumbents"] = [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"],
-                                        "config": e["config"]} for e in incumbents]
+    if base.get("merged"):
+        out["merged"]["earlier"] = base["merged"]
     return out
 
 
@@ -362,21 +373,28 @@ def into_cache(table: dict, path: Path, shapes, buckets) -> tuple:
 
 
 def stored_incumbents(table: dict):
-    """``(incumbents, keep_within)`` of a table merged with ``--keep-within`` (else None, 0)."""
+    """``(incumbents, keep_within)`` of a table merged with ``--keep-within`` (else None, {}):
+    {(N, K, bucket): config} and {(N, K, bucket): fraction}. Each incumbent names its own
+    fraction; those of tables merged before it did, the merge's ``keep_within``."""
     merged = table.get("merged") or {}
-    if not merged.get("keep_within"):
-        return None, 0.0
-    return ({(e["n"], e["k"], e["m_bucket"]): e["config"] for e in merged.get("incumbents", [])},
-            float(merged["keep_within"]))
+    default = float(merged.get("keep_within") or 0.0)
+    inc, keep = {}, {}
+    for e in merged.get("incumbents", []):
+        frac = float(e.get("keep_within", default))
+        if frac > 0:
+            key = (e["n"], e["k"], e["m_bucket"])
+            inc[key], keep[key] = e["config"], frac
+    return (inc, keep) if inc else (None, {})
 
 
 def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
-                   incumbents=None, keep_within: float = 0.0) -> list:
+                   incumbents=None, keep_within=0.0) -> list:
     """The fastest allowed config per (N, K, M bucket) among stored measurements; or, with
     ``incumbents`` ({(N, K, bucket): config name}, the entries of the table a re-tune
     started from), the incumbent where it is allowed and was measured at most ``keep_within``
-    (a fraction) slower than the fastest in the same run: a winner by less than the run's
-    noise does not replace it (NOTES.md entry 70).
+    (a fraction, or {(N, K, bucket): fraction} as ``stored_incumbents`` gives) slower than the
+    fastest in the same run: a winner by less than the run's noise does not replace it
+    (NOTES.md entry 70).
 
     Where a bucket was measured at more than one M (``BUCKET_EXTRA_M``), a config is scored by
     its times summed over every M measured there, and only configs measured at all of them
@@ -390,12 +408,17 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
     for (n, k, b), by_cfg in times.items():
         ms = sorted({m for per_m in by_cfg.values() for m in per_m})
         scored = {name: sum(per_m[m] for m in ms) for name, per_m in by_cfg.items()
-                  if len(per_m) == len(ms) and allowed(KernelConfig.from_name(name))}
-        if not scored:
+                  if len(per_m) == len(ms)}
+        # fastest first; ``allowed`` (an offline compile for --reselect) asked only until
+        # one passes
+        best = next((name for name in sorted(scored, key=scored.get)
+                     if allowed(KernelConfig.from_name(name))), None)
+        if best is None:
             continue
-        best = min(scored, key=lambda name: scored[name])
         inc = (incumbents or {}).get((n, k, b))
-        if keep_within > 0 and inc in scored and scored[inc] <= scored[best] * (1 + keep_within):
+        frac = keep_within.get((n, k, b), 0.0) if isinstance(keep_within, dict) else keep_within
+        if frac > 0 and inc in scored and scored[inc] <= scored[best] * (1 + frac) \
+                and allowed(KernelConfig.from_name(inc)):
             best = inc
         entry = {"n": n, "k": k, "group_size": group_size, "m_bucket": b, "m": ms[-1],
                  "config": best, "median_us": by_cfg[best][ms[-1]]}

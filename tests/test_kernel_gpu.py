@@ -491,13 +491,25 @@ class TestDeterminismAndWorkspace:
         judge(x_h, qw, y)
 
 
+@pytest.fixture
+def heuristic_only(monkeypatch):
+    """The dispatch without a tuned table: what the heuristics give a layer the table lacks
+    (the shipped H200 table holds the small models' layers these tests were written on since
+    NOTES.md entry 85; plans are dropped on the way in and out)."""
+    from marlin_cupy import ops, tune
+    monkeypatch.setattr(tune, "load_table", lambda device_name: {})
+    ops._plan.cache_clear()
+    yield
+    ops._plan.cache_clear()
+
+
 class TestColumnCtas:
     """Grids capped at whole columns (``column_ctas``; NOTES.md entries 83-84): what the sm_90
     heuristic dispatches on short columns, and explicit caps on deep ones."""
 
-    def test_short_columns_dispatch_whole_columns(self):
+    def test_short_columns_dispatch_whole_columns(self, heuristic_only):
         """qwen2.5-0.5b's gate+up layer (896x9728, seven 128-deep units per column): the
-        default dispatch on compute capability 9.0 runs the buckets entry 84 caps on one CTA
+        heuristic's dispatch on compute capability 9.0 runs the buckets entry 84 caps on one CTA
         per column; every M is within the bound, and bitwise what the same kernel gives on the
         same grid through ``max_ctas``; the locks are left at zero."""
         from marlin_cupy import ops
@@ -552,8 +564,8 @@ class TestColumnCtas:
                 judge(x_h, qw, run(x_h, mw, config=cfg))
 
 
-def test_narrow_layers_dispatch_within_the_bound():
-    """Narrow layers (N <= 3072) on compute capability 9.0 take the 128-wide candidate
+def test_narrow_layers_dispatch_within_the_bound(heuristic_only):
+    """Narrow layers (N <= 3072) on compute capability 9.0 take the heuristic's 128-wide candidate
     (``config.narrow_first``, NOTES.md entry 84): within the bound at M on both sides of its
     limits (8 rows, 256 rows), symmetric and with zero points."""
     from marlin_cupy import ops

@@ -334,6 +334,41 @@ class TestPartialRetune:
         assert tune.main(["--reselect", str(path), "--arch", "sm_90"]) == 0
         assert by(json.loads(path.read_text())) == by(kept)
 
+    def test_a_later_merge_keeps_earlier_incumbents_and_records(self, tmp_path):
+        """A merge of other layers (a --prior run after a --keep-within re-tune) keeps the
+        earlier merge's incumbents for the pairs it leaves alone, so --reselect still gives
+        every entry back, and keeps the earlier merge's record under ``earlier``; a pair the
+        later merge re-tunes loses its incumbent."""
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        base = self._table("old", [
+            {"n": 8192, "k": 8192, "m": 8, "config": a, "median_us": 20.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": a, "median_us": 10.0}])
+        retune = self._table("new", [
+            {"n": 8192, "k": 8192, "m": 8, "config": a, "median_us": 20.1},
+            {"n": 8192, "k": 8192, "m": 8, "config": b, "median_us": 20.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": a, "median_us": 10.1},
+            {"n": 4096, "k": 4096, "m": 8, "config": b, "median_us": 10.0}])
+        first = tune.merge_tables(base, retune, [(8192, 8192), (4096, 4096)], (8,), 0.01)
+        later = self._table("later", [
+            {"n": 2048, "k": 2048, "m": 8, "config": b, "median_us": 5.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": b, "median_us": 9.0}])
+        second = tune.merge_tables(first, dict(later, prior={"per_class": 2, "top": 12}),
+                                   [(2048, 2048), (4096, 4096)], (8,))
+        by = {(e["n"], e["m_bucket"]): e["config"] for e in second["entries"]}
+        assert by == {(8192, 8): a, (4096, 8): b, (2048, 8): b}
+        inc, keep = tune.stored_incumbents(second)
+        assert inc == {(8192, 8192, 8): a} and keep == {(8192, 8192, 8): 0.01}
+        assert second["merged"]["prior"] == {"per_class": 2, "top": 12}
+        assert second["merged"]["earlier"]["keep_within"] == 0.01
+        assert "keep_within" not in second["merged"]
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(second))
+        assert tune.main(["--reselect", str(path), "--arch", "sm_90"]) == 0
+        again = {(e["n"], e["m_bucket"]): e["config"]
+                 for e in json.loads(path.read_text())["entries"]}
+        assert again == by
+
     def test_keep_within_needs_merge(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--buckets", "8", "--keep-within", "1"])
