@@ -464,6 +464,10 @@ def test_file_stem_matches_the_record_glob():
     assert cli.file_stem(None, "2026-11-29T20:00:00+00:00", "NVIDIA H200") == "2026-11-29_nvidia-h200_bench"
     assert cli.file_stem("trial", "", "x") == "trial_bench"
     assert cli.file_stem("my-bench-1", "", "x") == "my-bench-1"
+    # another model's block names its record, so that one model's does not overwrite another's
+    assert cli.file_stem(None, "2026-12-02T00:40:00+00:00", "NVIDIA H200", "qwen2.5-7b") == \
+        "2026-12-02_nvidia-h200_qwen2.5-7b_bench"
+    assert cli.file_stem("trial", "", "x", "qwen2.5-7b") == "trial_bench"
 
 
 def test_no_gpu_exits_2_and_says_nothing_was_measured(monkeypatch, capsys, tmp_path):

@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", type=Path, default=None,
                      help="output folder (default: benchmarks/results of this checkout)")
     out.add_argument("--name", default=None,
-                     help="file stem (default <date>_<device>_bench); 'bench' is appended when absent "
-                          "so that the record matches benchmarks/results/*bench*.json")
+                     help="file stem (default <date>_<device>_bench, or <date>_<device>_<model>_bench "
+                          "where --shapes names another model's block); 'bench' is appended when "
+                          "absent so that the record matches benchmarks/results/*bench*.json")
     out.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
@@ -164,10 +165,13 @@ def default_out_dir() -> Path:
     return results if results.is_dir() else Path.cwd() / "benchmarks" / "results"
 
 
-def file_stem(name, date: str, device_name: str) -> str:
+def file_stem(name, date: str, device_name: str, model: str | None = None) -> str:
+    """The record's file stem: ``name`` (with ``_bench`` appended where absent), else
+    ``<date>_<device>[_<model>]_bench``, ``model`` being the other model's block that
+    ``--shapes`` named (so that one model's record does not overwrite another's)."""
     if name is None:
         slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
-        name = f"{date[:10]}_{slug}"
+        name = f"{date[:10]}_{slug}" + (f"_{model}" if model else "")
     return name if "bench" in name else f"{name}_bench"
 
 
@@ -208,7 +212,8 @@ def main(argv=None) -> int:
     rec = run_sweep(layers, provs, options)
 
     out_dir = args.out or default_out_dir()
-    stem = file_stem(args.name, rec["date"], rec["device"]["name"])
+    model = next((m for m, v in shapes.OTHER_SETS.items() if tuple(args.shapes) == v), None)
+    stem = file_stem(args.name, rec["date"], rec["device"]["name"], model)
     json_path = out_dir / f"{stem}.json"
     if rec["rows"]:
         records.write_json(json_path, rec)
