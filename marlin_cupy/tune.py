@@ -77,13 +77,17 @@ BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 1 << 30: 2
 #: Further M at which a bucket is measured; a config's score there is its times summed over
 #: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
 #: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
-#: alone cannot see.
-BUCKET_EXTRA_M = {8: (1,)}
+#: alone cannot see. The open bucket serves every M above 192: winners at 256 rows alone
+#: (128-wide tiles, capped grids, which keep more CTAs busy there) took 3-6 % more time than
+#: the heuristic at M = 1024 on five of six models' blocks (NOTES.md entry 85), so it is
+#: measured at 1024 too. (Tables tuned before either hold one M there; ``select_entries``
+#: scores what was measured.)
+BUCKET_EXTRA_M = {8: (1,), 1 << 30: (1024,)}
 
 
 def bucket_ms(bucket: int) -> tuple:
-    """Every M at which the tuner measures ``bucket``, ascending (the upper end last)."""
-    return (*BUCKET_EXTRA_M.get(bucket, ()), BUCKET_M[bucket])
+    """Every M at which the tuner measures ``bucket``, ascending."""
+    return tuple(sorted({*BUCKET_EXTRA_M.get(bucket, ()), BUCKET_M[bucket]}))
 
 
 def device_slug(name: str) -> str:
@@ -399,7 +403,7 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
     Where a bucket was measured at more than one M (``BUCKET_EXTRA_M``), a config is scored by
     its times summed over every M measured there, and only configs measured at all of them
     compete. The entry then names those M (``ms``) and the sum (``summed_us``); its ``m`` and
-    ``median_us`` stay the bucket's upper M and the time there."""
+    ``median_us`` are the largest M measured there and the time at it."""
     times = {}                                  # (n, k, bucket) -> config -> {m: median_us}
     for r in measurements:
         key = (r["n"], r["k"], m_bucket(r["m"]))

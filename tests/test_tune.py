@@ -39,6 +39,7 @@ class TestSelection:
         smaller sum wins even when another is faster at M = 8; a config measured at only one
         of the two does not compete; the entry names the M and the sum."""
         assert tune.bucket_ms(8) == (1, 8) and tune.bucket_ms(16) == (16,)
+        assert tune.bucket_ms(M_BUCKETS[-1]) == (256, 1024)     # the open bucket (entry 85)
         a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
         b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
         c = KernelConfig(256, 1, 8, 16, 4, 8, True).name
