@@ -14,8 +14,9 @@ Entries are keyed by N, K, group size and M bucket within a device's table. ``--
 tunes only those M buckets; with ``--merge TABLE`` the result is TABLE with just those buckets'
 measurements and entries replaced (for the tuned layers), e.g. to try new candidates at small M
 without a full run. A merged table should be ``--reselect``-ed again before it ships.
-``--merge TABLE --prior N`` tunes a new model's layers (those TABLE has not measured) on the
-candidates TABLE's measurements rank best per bucket, in a fraction of a full run's time.
+``--prior N`` tunes a new model's layers (those the device's shipped table and user cache, or
+TABLE with ``--merge TABLE``, have not measured) on the candidates those measurements rank best
+per bucket, in a fraction of a full run's time.
 
 Timing follows the benchmark harness (``bench.harness.Timer``): CUDA events with the host kept
 ahead by a spin kernel, weights rotated past the L2, median of the samples.
@@ -432,6 +433,24 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
     return out
 
 
+def device_measurements(device_name: str, group_size: int) -> dict:
+    """``{"measurements": [...]}``: what this device's tables measured at ``group_size``, the
+    shipped table's and the user cache's (``--prior`` without ``--merge`` ranks by them); a
+    table of another group size, or one that cannot be read, adds nothing."""
+    rows = []
+    for path in (shipped_path(device_name), cache_path(device_name)):
+        if not path.is_file():
+            continue
+        try:
+            table = json.loads(path.read_text())
+            sizes = {e["group_size"] for e in table["entries"]}
+            if table.get("device_name") == device_name and sizes == {group_size}:
+                rows += table["measurements"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return {"measurements": rows}
+
+
 def _fits(cfg: KernelConfig, n: int, k: int, smem_limit: int) -> bool:
     """Valid, tiles divide the layer, and fits the device's shared memory."""
     if cfg.problems() or n % cfg.tile_n or k % cfg.tile_k:
@@ -736,11 +755,12 @@ def main(argv=None) -> int:
                         "32-column warps) where it runs one CTA of 256 threads per SM in the "
                         "mma.sync loop (NOTES.md entry 74)")
     p.add_argument("--prior", type=int, default=0, metavar="PER_CLASS",
-                   help="with --merge: tune only the layers TABLE has not measured, each on the "
-                        "candidates TABLE's measurements rank best in the same bucket (the "
-                        "PER_CLASS best of each tile, reduction and loop, the --prior-top best "
-                        "overall, and the heuristic's), not every candidate; --buckets "
-                        "defaults to all (NOTES.md entry 85)")
+                   help="tune only the layers that TABLE (--merge), else this device's shipped "
+                        "table and user cache, have not measured, each on the candidates their "
+                        "measurements rank best in the same bucket (the PER_CLASS best of each "
+                        "tile, reduction and loop, the --prior-top best overall, and the "
+                        "heuristic's), not every candidate; with --merge --buckets defaults to "
+                        "all (NOTES.md entry 85)")
     p.add_argument("--prior-top", type=int, default=12, metavar="TOP",
                    help="with --prior: how many of the best-ranked configs overall (default 12)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
@@ -754,8 +774,6 @@ def main(argv=None) -> int:
         p.error(str(e))
     if a.merge and not a.buckets and not a.prior:
         p.error("--merge needs --buckets (without it the new table replaces TABLE whole)")
-    if a.prior and not a.merge:
-        p.error("--prior needs --merge (the ranking comes from TABLE's measurements)")
     if a.prior and a.narrow:
         p.error("--prior tunes layers TABLE lacks, --narrow re-tunes those it holds: one or the "
                 "other")
@@ -812,21 +830,31 @@ def main(argv=None) -> int:
         if base.get("device_name") != device:   # before minutes of tuning, not after
             p.error(f"--merge: {a.merge} is for {base.get('device_name')!r}, this device is "
                     f"{device!r}")
-        if a.prior:
-            held = {(r["k"], r["n"]) for r in base["measurements"]}
-            kept = [s for s in shapes if s in held]
-            shapes = [s for s in shapes if s not in held]
-            if kept:
-                print(f"--prior: {len(kept)} layer(s) {a.merge} already holds keep their "
-                      f"entries: {kept}")
-            if not shapes:
-                p.error(f"--prior: {a.merge} already holds every layer asked for")
+    prior_table, prior_name = base, a.merge
+    if a.prior and base is None:
+        # The device's own tables rank the candidates: the shipped one and the user's cache.
+        from .ops import device_facts
+        device = device_facts()["name"]
+        prior_table, prior_name = device_measurements(device, a.group_size), "this device's tables"
+        if not prior_table["measurements"]:
+            p.error(f"--prior: no tuned table for {device!r} at group size {a.group_size} to "
+                    f"rank candidates by (the shipped tables are group size 128); tune without "
+                    f"--prior, or give --merge TABLE")
+    if a.prior:
+        held = {(r["k"], r["n"]) for r in prior_table["measurements"]}
+        kept = [s for s in shapes if s in held]
+        shapes = [s for s in shapes if s not in held]
+        if kept:
+            print(f"--prior: {len(kept)} layer(s) {prior_name} already hold(s) keep their "
+                  f"entries: {kept}")
+        if not shapes:
+            p.error(f"--prior: {prior_name} already hold(s) every layer asked for")
     table = tune(shapes, a.group_size, buckets=buckets, progress=not a.no_progress,
                  wgmma=a.wgmma, parallel_reduce=a.parallel_reduce,
                  early_bottom=a.early_bottom, top_sum=a.top_sum,
                  narrow=(base, a.narrow) if a.narrow else None, wide=a.wide,
                  column_ctas=a.column_ctas,
-                 prior=(base, a.prior, a.prior_top) if a.prior else None)
+                 prior=(prior_table, a.prior, a.prior_top) if a.prior else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
     out = Path(a.out) if a.out else cache_path(table["device_name"])

@@ -385,15 +385,53 @@ class TestPartialRetune:
             tune.main(["--buckets", "8", "--narrow", "4"])
         assert "--narrow needs --merge" in capsys.readouterr().err
 
+    def test_prior_without_merge_ranks_by_the_device_tables(self, monkeypatch, tmp_path,
+                                                            capsys):
+        """``--prior`` without ``--merge``: the shipped table's and the user cache's
+        measurements rank the candidates, the layers they hold are left out, and the result
+        joins the user cache; at a group size no table of the device holds, a clear error
+        before any tuning. (The tuning itself is faked: no GPU here.)"""
+        from marlin_cupy import ops, records
+        monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))
+        monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
+        monkeypatch.setattr(ops, "device_facts", lambda: {"name": "NVIDIA H200"})
+        monkeypatch.setattr(tune, "cache_path", lambda name, tag=None: tmp_path / "cache.json")
+        cfg = "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb"
+        seen = {}
+
+        def fake_tune(shapes, group_size, **kw):
+            seen.update(shapes=shapes, group_size=group_size, prior=kw["prior"])
+            return {"kind": "tuned_table", "device_name": "NVIDIA H200", "git_commit": "x",
+                    "entries": [{"n": 2048, "k": 1024, "group_size": 128, "m_bucket": 8, "m": 8,
+                                 "config": cfg, "median_us": 5.0}],
+                    "measurements": [{"n": 2048, "k": 1024, "m": 8, "config": cfg,
+                                      "median_us": 5.0}]}
+        monkeypatch.setattr(tune, "tune", fake_tune)
+        shipped = json.loads(tune.shipped_path("NVIDIA H200").read_text())["measurements"]
+        assert tune.main(["--sets", "llama2-7b", "--shapes", "1024,2048", "--prior", "2",
+                          "--no-progress"]) == 0
+        assert seen["shapes"] == [(1024, 2048)]        # llama2-7b's layers are held
+        table, per_class, top = seen["prior"]
+        assert (per_class, top) == (2, 12) and len(table["measurements"]) == len(shipped)
+        assert "4 layer(s)" in capsys.readouterr().out
+        cached = json.loads((tmp_path / "cache.json").read_text())
+        assert [(e["k"], e["n"]) for e in cached["entries"]] == [(1024, 2048)]
+        # the cache's measurements now rank too, and its layer is held
+        assert len(tune.device_measurements("NVIDIA H200", 128)["measurements"]) == \
+            len(shipped) + 1
+        with pytest.raises(SystemExit):
+            tune.main(["--shapes", "1024,2048", "--prior", "2"])
+        assert "already hold(s) every layer" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            tune.main(["--shapes", "1024,2048", "--prior", "2", "--group-size", "64"])
+        assert "no tuned table for 'NVIDIA H200' at group size 64" in capsys.readouterr().err
+
     def test_merge_needs_buckets(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--merge", "x.json"])
         assert "--merge needs --buckets" in capsys.readouterr().err
 
-    def test_prior_needs_merge_and_not_narrow(self, capsys):
-        with pytest.raises(SystemExit):
-            tune.main(["--prior", "2"])
-        assert "--prior needs --merge" in capsys.readouterr().err
+    def test_prior_not_with_narrow_and_counts_at_least_0(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--merge", "x.json", "--prior", "2", "--narrow", "3"])
         assert "one or the other" in capsys.readouterr().err
