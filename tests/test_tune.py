@@ -3,6 +3,8 @@ The timing itself needs a GPU; everything around it is tested here."""
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marlin_cupy import tune
 from marlin_cupy.config import KernelConfig, M_BUCKETS, choose_config
@@ -621,3 +623,36 @@ def test_the_heuristic_rule_leaves_capped_grids_out():
     without = [r for r in rows if not r["config"].endswith("_c1")]
     assert tune.heuristic_rule(rows) == tune.heuristic_rule(without)
     assert tune.heuristic_rule(rows)[64] == (a,)
+
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                       st.floats(allow_nan=False, allow_infinity=False))
+_json = st.recursive(_json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=8)
+
+
+@given(head=st.dictionaries(st.text(max_size=6), _json, max_size=4),
+       entries=st.lists(st.dictionaries(st.text(max_size=4), _json_leaf, max_size=4), max_size=3),
+       measurements=st.one_of(st.none(), st.lists(
+           st.dictionaries(st.text(max_size=4), _json_leaf, max_size=4), max_size=3)))
+@settings(max_examples=60, deadline=None)
+def test_write_table_round_trips(tmp_path_factory, head, entries, measurements):
+    """``write_table``'s one-row-per-line JSON reads back as the same table, any keys, order
+    kept."""
+    table = {**head, "entries": entries}
+    if measurements is not None:
+        table["measurements"] = measurements
+    path = tmp_path_factory.mktemp("w") / "t.json"
+    tune.write_table(path, table)
+    back = json.loads(path.read_text())
+    assert back == table and list(back) == list(table)
+
+
+def test_the_shipped_table_is_written_by_write_table(tmp_path):
+    """The shipped H200 table is in ``write_table``'s form (one measurement per line), so a
+    re-tune's diff names its rows and the file stays a fifth smaller than indented JSON."""
+    path = tune.shipped_path("NVIDIA H200")
+    tune.write_table(tmp_path / "t.json", json.loads(path.read_text()))
+    assert (tmp_path / "t.json").read_text() == path.read_text()
+
