@@ -601,13 +601,15 @@ def prior_scores(measurements, bucket: int) -> dict:
 
 
 def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem_limit: int,
-                     per_class: int, top: int, sms: int | None = None) -> list:
+                     per_class: int, top: int, sms: int | None = None,
+                     cc: str | None = "90") -> list:
     """A layer's candidates ranked by another table's measurements (``prior_scores`` of the
     bucket), for a layer that table never measured: of every candidate that fits (wgmma, both
     reductions, the early-bottom and top-sum twins), the ``top`` best scored, the
     ``per_class`` best of each ``prior_class``, and what the compute capability 9.0 heuristic
-    would run without a table (``config.sm90_candidates``, and ``sm90_choice``'s pick with
-    ``sms``), so that the tuned entry is never one the heuristic beats in the same run.
+    would run without a table (``config.sm90_candidates``, and the dispatch's pick for
+    compute capability ``cc`` with ``sms``), so that the tuned entry is never one the
+    heuristic beats in the same run.
     Candidates the prior never measured are left out (every tile it ranks was measured on
     its layers). The prior is a table of the same group size (``--merge`` checks it)."""
     from . import config as _config
@@ -623,8 +625,8 @@ def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem
             seen[cls] = seen.get(cls, 0) + 1
             out.append(c)
     heur = _config.sm90_candidates(m, n, k, group_size, smem_limit=smem_limit)
-    pick = _config.sm90_choice(m, n, k, group_size, smem_limit=smem_limit, sms=sms)
-    out += [c.with_(column_ctas=0) for c in heur + ([pick] if pick is not None else [])]
+    pick = _config.choose_config(m, n, k, group_size, smem_limit=smem_limit, cc=cc, sms=sms)
+    out += [c.with_(column_ctas=0) for c in heur + [pick]]
     return [c for c in dict.fromkeys(out) if _fits(c, n, k, smem_limit)]
 
 
@@ -664,7 +666,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
         if prior is not None:
             return [c for c in prior_candidates(scores[b], BUCKET_M[b], n, k, group_size,
                                                 facts["smem_optin"], prior[1], prior[2],
-                                                facts["sms"])
+                                                facts["sms"], facts["cc"])
                     if wg or not c.wgmma]
         if narrow is not None:
             return [c for c in narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom,

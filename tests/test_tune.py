@@ -590,6 +590,9 @@ def test_prior_candidates_fit_the_layer_keep_each_class_and_the_heuristic():
                                         132 * pick.blocks_per_sm)
     # unranked candidates are left out, but the heuristic's stay
     assert set(tune.prior_candidates({}, 64, 4096, 4096, 128, 232448, 2, 12, 132)) == set(heur)
+    # on another compute capability the dispatch's own heuristic pick is among them
+    generic = config.choose_config(64, 4096, 4096, 128, smem_limit=166912, cc="80")
+    assert generic in tune.prior_candidates({}, 64, 4096, 4096, 128, 166912, 2, 12, 108, "80")
 
 
 def test_column_variants_only_where_the_cap_bites():
