@@ -607,12 +607,9 @@ def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem
     bucket), for a layer that table never measured: of every candidate that fits (wgmma, both
     reductions, the early-bottom and top-sum twins), the ``top`` best scored, the
     ``per_class`` best of each ``prior_class``, and what the compute capability 9.0 heuristic
-    would run without a table (``config.sm90_candidates``, and the dispatch's pick for
-    compute capability ``cc`` with ``sms``), so that the tuned entry is never one the
-    heuristic beats in the same run.
-    Candidates the prior never measured are left out (every tile it ranks was measured on
+    would run without a table (``heuristic_candidates``), so that the tuned entry is never
+    one the heuristic beats in the same run. Candidates the prior never measured are left out (every tile it ranks was measured on
     its layers). The prior is a table of the same group size (``--merge`` checks it)."""
-    from . import config as _config
     every = {c.name: c for c in candidates(m, n, k, group_size, smem_limit, wgmma=True,
                                           parallel_reduce=True, early_bottom=True,
                                           top_sum=True)}
@@ -624,10 +621,20 @@ def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem
         if seen.get(cls, 0) < per_class:
             seen[cls] = seen.get(cls, 0) + 1
             out.append(c)
+    out += heuristic_candidates(m, n, k, group_size, smem_limit, sms, cc)
+    return [c for c in dict.fromkeys(out) if _fits(c, n, k, smem_limit)]
+
+
+def heuristic_candidates(m: int, n: int, k: int, group_size: int, smem_limit: int,
+                         sms: int | None = None, cc: str | None = "90") -> list:
+    """What the dispatch would run without a table, uncapped (the tuner adds the caps): the
+    compute capability 9.0 heuristic's configs for the bucket (``config.sm90_candidates``) and
+    the dispatch's pick for compute capability ``cc`` with ``sms``. ``--prior`` and ``--narrow``
+    measure them too, so that a tuned entry is never one the heuristic beats in the same run."""
+    from . import config as _config
     heur = _config.sm90_candidates(m, n, k, group_size, smem_limit=smem_limit)
     pick = _config.choose_config(m, n, k, group_size, smem_limit=smem_limit, cc=cc, sms=sms)
-    out += [c.with_(column_ctas=0) for c in heur + [pick]]
-    return [c for c in dict.fromkeys(out) if _fits(c, n, k, smem_limit)]
+    return list(dict.fromkeys(c.with_(column_ctas=0) for c in heur + [pick]))
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
@@ -642,7 +649,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     below 32 rows: the buckets up to 16; NOTES.md entry 69); ``top_sum`` the twin with the
     column's top summing of every parallel-reduction candidate that can take it (entry 73).
     ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
-    (layer, bucket) instead of every candidate (a re-tune of a few variants, in minutes);
+    (layer, bucket), and ``heuristic_candidates``, instead of every candidate (a re-tune of a
+    few variants, in minutes);
     ``wide`` adds their 512-thread twins there (``narrow_candidates``). ``column_ctas`` also
     measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84).
     ``prior`` = (TABLE, PER_CLASS, TOP): on layers TABLE never measured, only
@@ -669,8 +677,11 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                                                 facts["sms"], facts["cc"])
                     if wg or not c.wgmma]
         if narrow is not None:
-            return [c for c in narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom,
-                                                 top_sum, wide)
+            picked = narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom, top_sum,
+                                       wide)
+            picked += heuristic_candidates(BUCKET_M[b], n, k, group_size,
+                                           facts["smem_optin"], facts["sms"], facts["cc"])
+            return [c for c in dict.fromkeys(picked)
                     if _fits(c, n, k, facts["smem_optin"]) and (wg or not c.wgmma)]
         return candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
                           parallel_reduce, early_bottom, top_sum)
@@ -765,7 +776,8 @@ def main(argv=None) -> int:
     p.add_argument("--narrow", type=int, default=0, metavar="N",
                    help="with --merge: measure only the N configs that TABLE's stored "
                         "measurements score fastest per tuned pair, with their variants "
-                        "(--early-bottom, --top-sum), instead of every candidate")
+                        "(--early-bottom, --top-sum), and the heuristic's configs, instead of "
+                        "every candidate")
     p.add_argument("--wide", action="store_true",
                    help="with --narrow: also each candidate's 512-thread twins (64- and "
                         "32-column warps) where it runs one CTA of 256 threads per SM in the "

@@ -595,6 +595,19 @@ def test_prior_candidates_fit_the_layer_keep_each_class_and_the_heuristic():
     assert generic in tune.prior_candidates({}, 64, 4096, 4096, 128, 166912, 2, 12, 108, "80")
 
 
+def test_heuristic_candidates_are_what_the_dispatch_runs_without_a_table():
+    """``--prior`` and ``--narrow`` also time the heuristic's configs: the sm_90 bucket's list
+    and the dispatch's pick (uncapped: its cap is one of ``column_variants``), once each."""
+    from marlin_cupy import config
+    got = tune.heuristic_candidates(64, 9728, 896, 128, 232448, 132, "90")
+    pick = config.choose_config(64, 9728, 896, 128, cc="90", sms=132)
+    assert pick.column_ctas == 1 and pick.with_(column_ctas=0) in got
+    assert set(config.sm90_candidates(64, 9728, 896, 128)) <= set(got)
+    assert len(got) == len(set(got)) and not any(c.column_ctas for c in got)
+    off = tune.heuristic_candidates(64, 4096, 4096, 128, 166912, 108, "80")
+    assert config.choose_config(64, 4096, 4096, 128, smem_limit=166912, cc="80") in off
+
+
 def test_column_variants_only_where_the_cap_bites():
     """The tuner's grid caps (NOTES.md entry 84): one and two CTAs per column where that grid is
     at least a quarter of the persistent one and below it and the layer's units."""
