@@ -237,6 +237,19 @@ def heuristic_passes_over(cfg: KernelConfig) -> bool:
 HEURISTIC_TILES = ((256, (128,), False), (256, (64,), False), (128, (64, 128), True))
 
 
+def _uncapped_times(measurements, keep) -> dict:
+    """{(M, N, K): {config: fastest median_us}} of the ``measurements`` that ``keep`` accepts,
+    those on capped grids (``column_ctas``) left out: what ``heuristic_rule`` and
+    ``prior_scores`` compare configs by."""
+    times = {}
+    for r in measurements:
+        if not keep(r) or KernelConfig.from_name(r["config"]).column_ctas:
+            continue
+        t = times.setdefault((r["m"], r["n"], r["k"]), {})
+        t[r["config"]] = min(t.get(r["config"], r["median_us"]), r["median_us"])
+    return times
+
+
 def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
@@ -250,13 +263,7 @@ def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     on the twelve llama2 layers, which a full run measured; other models' layers were tuned on
     a ranked few candidates, ``--prior``). Returns {bucket: (name, ...)}."""
     import math
-    times = {}          # (m, n, k) -> {config: median_us}
-    for r in measurements:
-        if KernelConfig.from_name(r["config"]).column_ctas or \
-                (layers is not None and (r["k"], r["n"]) not in layers):
-            continue
-        t = times.setdefault((r["m"], r["n"], r["k"]), {})
-        t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
+    times = _uncapped_times(measurements, lambda r: layers is None or (r["k"], r["n"]) in layers)
     rule = {}
     for bucket, m in BUCKET_M.items():
         layers = {key: t for key, t in times.items() if key[0] == m}
@@ -443,7 +450,8 @@ def write_table(path: Path, table: dict) -> None:
             lines = ",\n".join("  " + json.dumps(r, separators=(", ", ": ")) for r in value)
             members.append(f" {json.dumps(key)}: [\n{lines}\n ]")
         else:
-            members.append(f" {json.dumps(key)}: " + json.dumps(value, indent=1).replace("\n", "\n "))
+            nested = json.dumps(value, indent=1).replace("\n", "\n ")
+            members.append(f" {json.dumps(key)}: {nested}")
     Path(path).write_text("{\n" + ",\n".join(members) + "\n}\n")
 
 
@@ -582,12 +590,7 @@ def prior_scores(measurements, bucket: int) -> dict:
     of those pairs, and capped grids (``column_ctas``), are left out. Lower is better; 0 would
     be the fastest everywhere. What ``prior_candidates`` ranks with."""
     import math
-    times = {}
-    for r in measurements:
-        if m_bucket(r["m"]) != bucket or KernelConfig.from_name(r["config"]).column_ctas:
-            continue
-        t = times.setdefault((r["m"], r["n"], r["k"]), {})
-        t[r["config"]] = min(t.get(r["config"], math.inf), r["median_us"])
+    times = _uncapped_times(measurements, lambda r: m_bucket(r["m"]) == bucket)
     if not times:
         return {}
     widest = max(len(t) for t in times.values())
@@ -608,8 +611,9 @@ def prior_candidates(scores: dict, m: int, n: int, k: int, group_size: int, smem
     reductions, the early-bottom and top-sum twins), the ``top`` best scored, the
     ``per_class`` best of each ``prior_class``, and what the compute capability 9.0 heuristic
     would run without a table (``heuristic_candidates``), so that the tuned entry is never
-    one the heuristic beats in the same run. Candidates the prior never measured are left out (every tile it ranks was measured on
-    its layers). The prior is a table of the same group size (``--merge`` checks it)."""
+    one the heuristic beats in the same run. Candidates the prior never measured are left out
+    (every tile it ranks was measured on its layers). The prior is a table of the same group
+    size (``--merge`` checks it)."""
     every = {c.name: c for c in candidates(m, n, k, group_size, smem_limit, wgmma=True,
                                           parallel_reduce=True, early_bottom=True,
                                           top_sum=True)}
