@@ -897,6 +897,8 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_table(out, table)
     load_table.cache_clear()
+    from . import ops
+    ops._plan.cache_clear()     # plans hold their config: a tune in this process applies at once
     print(f"wrote {len(table['entries'])} tuned entries to {out}{note}")
     return 0
 

@@ -342,6 +342,56 @@ def test_the_tuner_with_a_prior_tunes_only_new_layers_and_merges(tmp_path):
     assert err < 2e-3, (err, _magnitudes(y, ref))
 
 
+def test_the_tuner_with_a_prior_and_no_table_tunes_into_the_user_cache(tmp_path, monkeypatch):
+    """``--prior`` without ``--merge`` (a user's own model): the candidates are ranked by this
+    device's tables (the shipped one and the user cache, here seeded with one layer so that any
+    GPU has a prior), the new layer joins the cache, the cache's own entry stays, and the
+    default dispatch then picks the new entry and computes with it."""
+    import json
+    from marlin_cupy import config, ops, tune
+    from marlin_cupy.config import KernelConfig
+    name = ops.device_facts()["name"]
+    cache = tmp_path / "cache.json"
+    monkeypatch.setattr(tune, "cache_path", lambda device_name, tag=None: cache)
+    a, b = "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb", "t256_m1_n8_k8_s4_g8_fp32par_sw1"
+    seeded = {"kind": "tuned_table", "device_name": name, "git_commit": "x",
+              "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 8, "m": 8,
+                           "config": b, "median_us": 10.0}],
+              "measurements": [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t}
+                               for m in (1, 8) for c, t in ((b, 10.0), (a, 12.0))]}
+    cache.write_text(json.dumps(seeded))
+    k, n = 1280, 1792                       # a layer no shipped table holds
+    assert (k, n) not in {(r["k"], r["n"]) for r in tune.device_measurements(name, 128)[
+        "measurements"]}
+    try:
+        assert tune.main(["--sets", "", "--shapes", f"{k},{n}", "--buckets", "8",
+                          "--prior", "1", "--prior-top", "1", "--no-progress"]) == 0
+        table = json.loads(cache.read_text())
+        assert [e for e in table["entries"] if (e["k"], e["n"]) == (4096, 4096)] == \
+            seeded["entries"]
+        (entry,) = [e for e in table["entries"] if (e["k"], e["n"]) == (k, n)]
+        rows = [r for r in table["measurements"] if (r["k"], r["n"]) == (k, n)]
+        measured = {r["config"] for r in rows}
+        heur = {c.name for c in config.sm90_candidates(8, n, k, 128)} \
+            if ops.device_facts()["cc"] == "90" else set()
+        assert heur <= measured and entry["config"] in measured
+        assert {r["m"] for r in rows} == {1, 8}
+        assert table["merged"]["prior"] == {"per_class": 1, "top": 1}
+        cfg = KernelConfig.from_name(entry["config"])
+        assert ops.plan(8, n, k, 128).config == cfg      # the dispatch reads the cache
+        rng = np.random.default_rng(7)
+        w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+        qw = mc.quantize(w, bits=4, group_size=128)
+        x = cp.asarray(rng.standard_normal((5, k)).astype(np.float16))
+        y = mc.matmul(x, mc.pack(qw).to_device())
+        ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
+        err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+        assert err < 2e-3, (err, _magnitudes(y, ref))
+    finally:
+        tune.load_table.cache_clear()
+        ops._plan.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------
 # Chains (--chain-len) and marlin-pdl
 # ---------------------------------------------------------------------------------------------
