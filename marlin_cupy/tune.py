@@ -72,18 +72,18 @@ TUNE_COLUMN_MIN_SHARE = 0.25
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
 #: once per 128 rows instead of once per 64-row slab (NOTES.md entry 24).
 TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8, 16),
-                    192: (8, 16), 1 << 30: (8, 16)}
-#: The M at which each bucket is measured (the bucket's upper end; 256 for "more than 192").
-BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 1 << 30: 256}
+                    192: (8, 16), 512: (8, 16), 1 << 30: (8, 16)}
+#: The M at which each bucket is measured (the bucket's upper end; 1024 for "more than 512").
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 512: 512, 1 << 30: 1024}
 #: Further M at which a bucket is measured; a config's score there is its times summed over
 #: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
 #: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
-#: alone cannot see. The open bucket serves every M above 192: winners at 256 rows alone
-#: (128-wide tiles, capped grids, which keep more CTAs busy there) took 3-6 % more time than
-#: the heuristic at M = 1024 on five of six models' blocks (NOTES.md entry 85), so it is
-#: measured at 1024 too. (Tables tuned before either hold one M there; ``select_entries``
-#: scores what was measured.)
-BUCKET_EXTRA_M = {8: (1,), 1 << 30: (1024,)}
+#: alone cannot see. The bucket of 193..512 rows is measured at 256 as well: winners at 256
+#: rows (128-wide tiles, capped grids, which keep more CTAs busy there) are 5-30 % slower
+#: than others at 768-1024 rows on most layers, and the other way round (NOTES.md entries 85
+#: and 86). (Tables tuned before hold one M there, and their open bucket was measured at 256
+#: rows; ``select_entries`` scores what was measured.)
+BUCKET_EXTRA_M = {8: (1,), 512: (256,)}
 
 
 def bucket_ms(bucket: int) -> tuple:
@@ -252,8 +252,9 @@ def _uncapped_times(measurements, keep) -> dict:
 
 def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
-    ``measurements`` (the shipped H200 table's): for every M bucket, at the M it was measured
-    at (``BUCKET_M``), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
+    ``measurements`` (the shipped H200 table's): for every M bucket, at the largest of its M
+    (``bucket_ms``) that the measurements hold (a table tuned before the bucket of 193..512
+    rows measured it at 256 alone), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
     parallel reduction where the class asks for it), the config with the
     smallest geometric mean of its slowdowns against each layer's fastest config, among those
     measured on the most layers (every layer where any is), but those named in ``exclude`` and
@@ -265,10 +266,11 @@ def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     import math
     times = _uncapped_times(measurements, lambda r: layers is None or (r["k"], r["n"]) in layers)
     rule = {}
-    for bucket, m in BUCKET_M.items():
-        layers = {key: t for key, t in times.items() if key[0] == m}
-        if not layers:
+    for bucket in BUCKET_M:
+        held = [m for m in bucket_ms(bucket) if any(key[0] == m for key in times)]
+        if not held:
             continue
+        layers = {key: t for key, t in times.items() if key[0] == held[-1]}
         best = {key: min(t.values()) for key, t in layers.items()}
         names = []
         for tile_n, tile_ks, par_only in HEURISTIC_TILES:

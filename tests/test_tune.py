@@ -18,7 +18,7 @@ def _rows():
         {"n": 8192, "k": 8192, "m": 16, "config": slow, "median_us": 30.0},
         {"n": 8192, "k": 8192, "m": 16, "config": fast, "median_us": 20.0},
         {"n": 8192, "k": 8192, "m": 16, "config": faster_but_spills, "median_us": 10.0},
-        {"n": 8192, "k": 8192, "m": 256, "config": KernelConfig(256, 4, 16, 8, 4, 8, True).name,
+        {"n": 8192, "k": 8192, "m": 1024, "config": KernelConfig(256, 4, 16, 8, 4, 8, True).name,
          "median_us": 100.0},
     ], fast, faster_but_spills
 
@@ -41,7 +41,8 @@ class TestSelection:
         smaller sum wins even when another is faster at M = 8; a config measured at only one
         of the two does not compete; the entry names the M and the sum."""
         assert tune.bucket_ms(8) == (1, 8) and tune.bucket_ms(16) == (16,)
-        assert tune.bucket_ms(M_BUCKETS[-1]) == (256, 1024)     # the open bucket (entry 85)
+        assert tune.bucket_ms(512) == (256, 512)                # M = 193..512 (entry 86)
+        assert tune.bucket_ms(M_BUCKETS[-1]) == (1024,)         # the open bucket
         a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
         b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
         c = KernelConfig(256, 1, 8, 16, 4, 8, True).name
@@ -255,7 +256,7 @@ class TestPartialRetune:
             {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 20.0},
             {"n": 8192, "k": 8192, "m": 16, "config": b, "median_us": 30.0},
             {"n": 4096, "k": 4096, "m": 16, "config": a, "median_us": 5.0},   # layer not re-tuned
-            {"n": 8192, "k": 8192, "m": 256, "config": big, "median_us": 100.0},
+            {"n": 8192, "k": 8192, "m": 1024, "config": big, "median_us": 100.0},
         ])
         new = self._table("new", [
             {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 21.0},
