@@ -81,9 +81,12 @@ BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 512: 512, 
 #: alone cannot see. The bucket of 193..512 rows is measured at 256 as well: winners at 256
 #: rows (128-wide tiles, capped grids, which keep more CTAs busy there) are 5-30 % slower
 #: than others at 768-1024 rows on most layers, and the other way round (NOTES.md entries 85
-#: and 86). (Tables tuned before hold one M there, and their open bucket was measured at 256
-#: rows; ``select_entries`` scores what was measured.)
-BUCKET_EXTRA_M = {8: (1,), 512: (256,)}
+#: and 86). The open bucket is measured at 640 and 2048 as well: its winners at 1024 alone
+#: included grids capped at one or two CTAs per column that leave half the SMs idle at 640
+#: rows (16-26 % slower there) and lose 8 % at 2048 (entry 86). (Tables tuned before hold
+#: fewer M there, their open bucket measured at 256 rows; ``select_entries`` scores what was
+#: measured.)
+BUCKET_EXTRA_M = {8: (1,), 512: (256,), 1 << 30: (640, 2048)}
 
 
 def bucket_ms(bucket: int) -> tuple:
