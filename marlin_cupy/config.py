@@ -535,12 +535,12 @@ def tuned_instances() -> dict:
 #: runs as 64-row slabs, or 128-row ones with swap_ab=16: a bucket for M = 65..128 (one
 #: 128-row slab or two of 64), one for 129..192, where two 128-row slabs (half of the second
 #: one empty at M = 129) compete with three of 64 (NOTES.md entry 28; both cost the same at
-#: every M of the bucket), one for 193..512 and one open-ended bucket beyond: on most layers
-#: of nine models' blocks the fastest config at 256 rows (128-wide tiles, capped grids) and the
-#: fastest at 1024 (256-wide tiles) cross between 384 and 768 rows, each 5-30 % slower than the
-#: other on the far side, which one entry for every M above 192 could not serve (NOTES.md
-#: entry 86).
-M_BUCKETS = (8, 16, 32, 48, 64, 128, 192, 512, 1 << 30)
+#: every M of the bucket), then 193..256, 257..512 and one open-ended bucket beyond: on most
+#: layers of nine models' blocks the fastest config at 256 rows (128-wide tiles, capped grids)
+#: and the fastest at 1024 (256-wide tiles) cross between 256 and 768 rows, each 5-30 % slower
+#: than the other on the far side, which one entry for every M above 192 could not serve
+#: (NOTES.md entry 86).
+M_BUCKETS = (8, 16, 32, 48, 64, 128, 192, 256, 512, 1 << 30)
 
 
 def m_bucket(m: int) -> int:
@@ -588,6 +588,8 @@ SM90_HEURISTIC = {
     128: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
           "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
     192: ("t256_m4_n16_k8_s4_g8_fp32_sw8_wg_w32_ws", "t128_m4_n16_k4_s4_g8_fp32par_sw8_wg_ws_b2",
+          "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
+    256: ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws",
           "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
     512: ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws",
           "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),

@@ -72,21 +72,20 @@ TUNE_COLUMN_MIN_SHARE = 0.25
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
 #: once per 128 rows instead of once per 64-row slab (NOTES.md entry 24).
 TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (8,), 64: (8,), 128: (8, 16),
-                    192: (8, 16), 512: (8, 16), 1 << 30: (8, 16)}
+                    192: (8, 16), 256: (8, 16), 512: (8, 16),
+                    1 << 30: (8, 16)}
 #: The M at which each bucket is measured (the bucket's upper end; 1024 for "more than 512").
-BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 512: 512, 1 << 30: 1024}
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 256: 256, 512: 512,
+            1 << 30: 1024}
 #: Further M at which a bucket is measured; a config's score there is its times summed over
 #: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
 #: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
-#: alone cannot see. The bucket of 193..512 rows is measured at 256 as well: winners at 256
-#: rows (128-wide tiles, capped grids, which keep more CTAs busy there) are 5-30 % slower
-#: than others at 768-1024 rows on most layers, and the other way round (NOTES.md entries 85
-#: and 86). The open bucket is measured at 640 and 2048 as well: its winners at 1024 alone
-#: included grids capped at one or two CTAs per column that leave half the SMs idle at 640
-#: rows (16-26 % slower there) and lose 8 % at 2048 (entry 86). (Tables tuned before hold
-#: fewer M there, their open bucket measured at 256 rows; ``select_entries`` scores what was
-#: measured.)
-BUCKET_EXTRA_M = {8: (1,), 512: (256,), 1 << 30: (640, 2048)}
+#: alone cannot see. The open bucket (M > 512) is measured at 640 and 2048 as well: its
+#: winners at 1024 alone included grids capped at one or two CTAs per column that leave half
+#: the SMs idle at 640 rows (16-26 % slower there) and lose 8 % at 2048 (NOTES.md entry 86).
+#: (Tables tuned before hold fewer M there, their open bucket, then M > 192, measured at 256
+#: rows; ``select_entries`` scores what was measured.)
+BUCKET_EXTRA_M = {8: (1,), 1 << 30: (640, 2048)}
 
 
 def bucket_ms(bucket: int) -> tuple:
@@ -256,8 +255,8 @@ def _uncapped_times(measurements, keep) -> dict:
 def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the largest of its M
-    (``bucket_ms``) that the measurements hold (a table tuned before the bucket of 193..512
-    rows measured it at 256 alone), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
+    (``bucket_ms``) that the measurements hold (a table tuned before the open bucket was
+    measured at 640 and 2048 holds 1024 alone there), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
     parallel reduction where the class asks for it), the config with the
     smallest geometric mean of its slowdowns against each layer's fastest config, among those
     measured on the most layers (every layer where any is), but those named in ``exclude`` and

@@ -257,15 +257,17 @@ class TestDispatch:
 
     def test_buckets(self):
         assert [m_bucket(m) for m in (1, 8, 9, 16, 17, 48, 49, 64, 65, 128, 129, 192, 193,
-                                      512, 513, 4096)] == \
-            [8, 8, 16, 16, 32, 48, 64, 64, 128, 128, 192, 192, 512, 512, 1 << 30, 1 << 30]
+                                      256, 257, 512, 513, 4096)] == \
+            [8, 8, 16, 16, 32, 48, 64, 64, 128, 128, 192, 192, 256, 256, 512, 512, 1 << 30,
+             1 << 30]
 
 
 class TestSm90Heuristic:
     """The compute capability 9.0 heuristic (NOTES.md entry 81): what the dispatch gives a
     problem the tuned table lacks on H100/H200."""
 
-    ALL_M = (1, 8, 9, 16, 17, 32, 33, 48, 64, 65, 128, 129, 192, 193, 512, 513, 1024)
+    ALL_M = (1, 8, 9, 16, 17, 32, 33, 48, 64, 65, 128, 129, 192, 193, 256, 257, 512, 513,
+             1024)
 
     def test_the_table_is_the_rule_on_the_shipped_measurements(self):
         """SM90_HEURISTIC is what tune.heuristic_rule finds in the shipped H200 table's own
