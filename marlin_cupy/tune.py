@@ -80,12 +80,13 @@ BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 256: 256, 
 #: Further M at which a bucket is measured; a config's score there is its times summed over
 #: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
 #: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
-#: alone cannot see. The open bucket (M > 512) is measured at 640 and 2048 as well: its
-#: winners at 1024 alone included grids capped at one or two CTAs per column that leave half
-#: the SMs idle at 640 rows (16-26 % slower there) and lose 8 % at 2048 (NOTES.md entry 86).
-#: (Tables tuned before hold fewer M there, their open bucket, then M > 192, measured at 256
-#: rows; ``select_entries`` scores what was measured.)
-BUCKET_EXTRA_M = {8: (1,), 1 << 30: (640, 2048)}
+#: alone cannot see. Above 256 rows a bucket is measured at its lower rows as well: winners
+#: at 512 or 1024 rows alone included grids capped at one or two CTAs per column (``_c1``,
+#: ``_c2``), which at fewer row slabs leave SMs idle (8-11 % slower at 384 rows, 16-26 % at
+#: 640), and the open bucket's lost 8 % at 2048 (NOTES.md entry 86). (Tables tuned before
+#: hold fewer M there, their open bucket, then M > 192, measured at 256 rows;
+#: ``select_entries`` scores what was measured.)
+BUCKET_EXTRA_M = {8: (1,), 512: (384,), 1 << 30: (640, 2048)}
 
 
 def bucket_ms(bucket: int) -> tuple:
