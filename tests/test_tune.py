@@ -132,6 +132,22 @@ class TestLookup:
             [sw8, sw8, sw16]
         assert choose_config(150, 8192, 8192, 128, device_name="GPU D") == sw8
 
+    def test_buckets_above_192_rows(self, user_cache):
+        # M = 193..256, 257..512 and the open bucket (NOTES.md entry 86); a table written
+        # before they existed serves every M > 192 from its open bucket.
+        c1 = KernelConfig.from_name("t128_m8_n8_k8_s4_g8_fp32par_sw16_wg_ws")
+        c2 = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws")
+        c3 = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws")
+        entry = {"n": 8192, "k": 8192, "group_size": 128}
+        ms = (193, 256, 257, 512, 513, 4096)
+        self._write(tune.cache_path("GPU E"), [dict(entry, m_bucket=1 << 30, config=c3.name)])
+        assert [tune.lookup("GPU E", m, 8192, 8192, 128) for m in ms] == [c3] * 6
+        self._write(tune.cache_path("GPU F"), [dict(entry, m_bucket=256, config=c1.name),
+                                               dict(entry, m_bucket=512, config=c2.name),
+                                               dict(entry, m_bucket=1 << 30, config=c3.name)])
+        assert [tune.lookup("GPU F", m, 8192, 8192, 128) for m in ms] == \
+            [c1, c1, c2, c2, c3, c3]
+
     def test_other_group_sizes_are_not_guessed(self, user_cache):
         assert tune.lookup("NVIDIA H200", 16, 57344, 8192, 32) is None
 
