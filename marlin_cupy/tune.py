@@ -257,9 +257,9 @@ def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     """The compute capability 9.0 heuristic (``config.SM90_HEURISTIC``) from a tuner run's
     ``measurements`` (the shipped H200 table's): for every M bucket, at the largest of its M
     (``bucket_ms``) that the measurements hold (a table tuned before the open bucket was
-    measured at 640 and 2048 holds 1024 alone there), and for every tile class of ``HEURISTIC_TILES`` (its tile, and the
-    parallel reduction where the class asks for it), the config with the
-    smallest geometric mean of its slowdowns against each layer's fastest config, among those
+    measured at 640 and 2048 holds 1024 alone there), and for every tile class of
+    ``HEURISTIC_TILES`` (its tile, and the parallel reduction where the class asks for it),
+    the config with the smallest geometric mean of its slowdowns against each layer's fastest config, among those
     measured on the most layers (every layer where any is), but those named in ``exclude`` and
     those ``heuristic_passes_over``. Names are the g128 ones; a class with no candidate is left
     out. Measurements on capped grids (``column_ctas``) are left out: whether to cap is
@@ -268,17 +268,18 @@ def heuristic_rule(measurements, exclude=(), layers=None) -> dict:
     a ranked few candidates, ``--prior``). Returns {bucket: (name, ...)}."""
     import math
     times = _uncapped_times(measurements, lambda r: layers is None or (r["k"], r["n"]) in layers)
+    measured_ms = {key[0] for key in times}
     rule = {}
     for bucket in BUCKET_M:
-        held = [m for m in bucket_ms(bucket) if any(key[0] == m for key in times)]
+        held = [m for m in bucket_ms(bucket) if m in measured_ms]
         if not held:
             continue
-        layers = {key: t for key, t in times.items() if key[0] == held[-1]}
-        best = {key: min(t.values()) for key, t in layers.items()}
+        pairs = {key: t for key, t in times.items() if key[0] == held[-1]}
+        best = {key: min(t.values()) for key, t in pairs.items()}
         names = []
         for tile_n, tile_ks, par_only in HEURISTIC_TILES:
             scored = {}
-            for key, t in layers.items():
+            for key, t in pairs.items():
                 for name, us in t.items():
                     cfg = KernelConfig.from_name(name)
                     if name in exclude or cfg.tile_n != tile_n or cfg.tile_k not in tile_ks \

@@ -34,6 +34,29 @@ def _magnitudes(out, ref) -> str:
             f"max|ref|={float(cp.abs(ref).max()):.3g} mean|ref|={float(cp.abs(ref).mean()):.3g}")
 
 
+def _assert_runs_within_bound(k: int, n: int, m: int, seed: int, config=None):
+    """A random g128 layer run at M rows with ``config`` (None: the default dispatch) matches
+    the float32 product of the dequantized weights (the tuner tests' entries)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+    qw = mc.quantize(w, bits=4, group_size=128)
+    x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+    y = mc.matmul(x, mc.pack(qw).to_device(), config=config)
+    ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
+    err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+    assert err < 2e-3, (err, _magnitudes(y, ref))
+
+
+def _two_config_table(device_name: str, entry: str, other: str) -> dict:
+    """A tuned table of one layer (4096x4096, M <= 8) measured at M = 1 and 8 on two configs,
+    ``entry`` the faster, its entry."""
+    return {"kind": "tuned_table", "device_name": device_name, "git_commit": "x",
+            "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 8, "m": 8,
+                         "config": entry, "median_us": 10.0}],
+            "measurements": [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t}
+                             for m in (1, 8) for c, t in ((entry, 10.0), (other, 12.0))]}
+
+
 # ---------------------------------------------------------------------------------------------
 # A tiny sweep, end to end
 # ---------------------------------------------------------------------------------------------
@@ -294,14 +317,7 @@ def test_the_tuner_measures_grid_caps_and_its_entry_runs(monkeypatch):
     (entry,) = table["entries"]
     cfg = KernelConfig.from_name(entry["config"])
     assert cfg.compiled == base
-    rng = np.random.default_rng(5)
-    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
-    qw = mc.quantize(w, bits=4, group_size=128)
-    x = cp.asarray(rng.standard_normal((8, k)).astype(np.float16))
-    y = mc.matmul(x, mc.pack(qw).to_device(), config=cfg)
-    ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
-    err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
-    assert err < 2e-3, (err, _magnitudes(y, ref))
+    _assert_runs_within_bound(k, n, 8, 5, cfg)
     assert ops.plan(8, n, k, 128, config=cfg).grid == (sms // 2 if cfg.column_ctas else sms)
 
 
@@ -313,11 +329,7 @@ def test_the_tuner_with_a_prior_tunes_only_new_layers_and_merges(tmp_path):
     from marlin_cupy.config import KernelConfig
     facts = ops.device_facts()
     a, b = "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb", "t256_m1_n8_k8_s4_g8_fp32par_sw1"
-    base = {"kind": "tuned_table", "device_name": facts["name"], "git_commit": "x",
-            "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 8, "m": 8,
-                         "config": a, "median_us": 10.0}],
-            "measurements": [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t}
-                             for m in (1, 8) for c, t in ((a, 10.0), (b, 12.0))]}
+    base = _two_config_table(facts["name"], a, b)
     src, out = tmp_path / "base.json", tmp_path / "out.json"
     src.write_text(json.dumps(base))
     assert tune.main(["--sets", "", "--shapes", "4096,4096;896,1152", "--buckets", "8",
@@ -331,15 +343,7 @@ def test_the_tuner_with_a_prior_tunes_only_new_layers_and_merges(tmp_path):
     heur = {c.name for c in config.sm90_candidates(8, 1152, 896, 128)}
     assert {a, b} & measured and heur <= measured and entry["config"] in measured
     assert table["merged"]["prior"] == {"per_class": 1, "top": 1}
-    cfg = KernelConfig.from_name(entry["config"])
-    rng = np.random.default_rng(6)
-    w = rng.standard_normal((896, 1152)).astype(np.float32) * 0.02
-    qw = mc.quantize(w, bits=4, group_size=128)
-    x = cp.asarray(rng.standard_normal((8, 896)).astype(np.float16))
-    y = mc.matmul(x, mc.pack(qw).to_device(), config=cfg)
-    ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
-    err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
-    assert err < 2e-3, (err, _magnitudes(y, ref))
+    _assert_runs_within_bound(896, 1152, 8, 6, KernelConfig.from_name(entry["config"]))
 
 
 def test_the_tuner_with_a_prior_and_no_table_tunes_into_the_user_cache(tmp_path, monkeypatch):
@@ -353,12 +357,8 @@ def test_the_tuner_with_a_prior_and_no_table_tunes_into_the_user_cache(tmp_path,
     name = ops.device_facts()["name"]
     cache = tmp_path / "cache.json"
     monkeypatch.setattr(tune, "cache_path", lambda device_name, tag=None: cache)
-    a, b = "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb", "t256_m1_n8_k8_s4_g8_fp32par_sw1"
-    seeded = {"kind": "tuned_table", "device_name": name, "git_commit": "x",
-              "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 8, "m": 8,
-                           "config": b, "median_us": 10.0}],
-              "measurements": [{"n": 4096, "k": 4096, "m": m, "config": c, "median_us": t}
-                               for m in (1, 8) for c, t in ((b, 10.0), (a, 12.0))]}
+    seeded = _two_config_table(name, "t256_m1_n8_k8_s4_g8_fp32par_sw1",
+                               "t256_m1_n8_k8_s6_g8_fp32par_sw1_eb")
     cache.write_text(json.dumps(seeded))
     k, n = 1280, 1792                       # a layer no shipped table holds
     assert (k, n) not in {(r["k"], r["n"]) for r in tune.device_measurements(name, 128)[
@@ -379,14 +379,7 @@ def test_the_tuner_with_a_prior_and_no_table_tunes_into_the_user_cache(tmp_path,
         assert table["merged"]["prior"] == {"per_class": 1, "top": 1}
         cfg = KernelConfig.from_name(entry["config"])
         assert ops.plan(8, n, k, 128).config == cfg      # the dispatch reads the cache
-        rng = np.random.default_rng(7)
-        w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
-        qw = mc.quantize(w, bits=4, group_size=128)
-        x = cp.asarray(rng.standard_normal((5, k)).astype(np.float16))
-        y = mc.matmul(x, mc.pack(qw).to_device())
-        ref = cp.asarray(cp.asnumpy(x).astype(np.float32) @ qw.dequantize().astype(np.float32))
-        err = float(cp.linalg.norm(y.astype(cp.float32) - ref) / cp.linalg.norm(ref))
-        assert err < 2e-3, (err, _magnitudes(y, ref))
+        _assert_runs_within_bound(k, n, 5, 7)             # the default dispatch, M = 5
     finally:
         tune.load_table.cache_clear()
         ops._plan.cache_clear()
