@@ -3,7 +3,7 @@ GPU and ``nvidia-smi``): is a layer at large M bound by the chip's power, and do
 spend more of it per FLOP than FP16 cuBLAS? (benchmarks/NOTES.md entry 87.)
 
     python3 scripts/power_probe.py OUT.json [--layers 8192x57344,4096x22016] [--m 1024,2048]
-                                   [--seconds 3] [--probe 8]
+                                   [--seconds 3] [--probe 8] [--reverse]
 
 For every layer K x N and M, three runs in turn, each ``--seconds`` of back-to-back calls on one
 stream (one weight copy: at these M the layer is far from memory-bound):
@@ -18,8 +18,8 @@ active clock-event reasons; a sample counts if it arrived between 0.5 s after th
 and its end (host time of arrival). Per run: the time per call (events around the whole run),
 TFLOP/s, the median and range of the clock and power samples, and the reasons seen. A
 second of idle between runs lets the board cool a little; the order of the three is the same
-for every case, so the results say which kernel draws what at the same point of a warm chip,
-not the absolute steady state of a long job.
+for every case (``--reverse``: cuBLAS first), so a pair of runs in both orders says which
+kernel draws what on a warm chip, not the absolute steady state of a long job.
 """
 from __future__ import annotations
 
@@ -137,6 +137,10 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--probe", type=int, default=8)
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--reverse", action="store_true",
+                   help="run the three in the opposite order (cuBLAS first): the board warms "
+                        "over a case, so a second run in the other order separates the kernels "
+                        "from their place in it")
     a = p.parse_args(argv)
     exe = shutil.which("nvidia-smi")
     if exe is None:
@@ -169,7 +173,7 @@ def main(argv=None) -> int:
                         runs.append((f"marlin-probe{a.probe}", lambda: ops.matmul(x, mw, out=out),
                                      kern))
                     runs.append(("cublas-fp16", lambda: cp.matmul(x, w16, out=out), None))
-                    for name, call, kern in runs:
+                    for name, call, kern in (runs[::-1] if a.reverse else runs):
                         time.sleep(1.0)
                         if kern is not None:
                             with ops.use_kernel(cfg, kern):
@@ -196,6 +200,7 @@ def main(argv=None) -> int:
         sampler.stop()
     with open(a.out, "w") as f:
         json.dump({"kind": "power_probe", "fields": fields, "seconds": a.seconds,
+                   "order": "reversed" if a.reverse else "marlin, probe, cublas",
                    "probe": a.probe, "group_size": a.group_size, "idle": idle,
                    "environment": environment(), "rows": rows}, f, indent=1)
     return 0
