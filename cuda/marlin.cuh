@@ -238,6 +238,22 @@ __device__ int marlin_early_off;
 #define MARLIN_WG_DEFER 1
 #endif
 
+// (Prepared in entry 87; an A/B switch) The group scale inside the unpacking, one HFMA2 per
+// half2: the symmetric wgmma loops' weights as (x - 8) s = x s - 8 s from the nibble x alone,
+// with no exponent bias. Each nibble is masked into bits 4-7 of its half (3 SHF, 4 LOP3 per
+// word, against the biased unpacking's 1 SHF and 4 LOP3), where it reads as the subnormal
+// x 2^-20; fma(x 2^-20, s 2^20, -8 s) is x s - 8 s exactly before its one rounding, which is the
+// rounding of (x - 8) s that the two-step unpacking (subtract the bias, exact; multiply by s)
+// ends in: the same bits (fma.f16x2 keeps subnormals, PTX ISA). s 2^20 and -8 s are computed
+// once per unit (3 HMUL2 per scale word), where a unit holds one scale group. 4 HFMA2 per word
+// instead of 2 HADD2/HFMA2 and 4 HMUL2. Needs s 2^20 <= 65504, i.e. every scale below 2^-4:
+// the build computes garbage above that (a measurement; a shipped form would take it only for
+// weights whose scales all fit). 1: the sym wgmma instances whose units hold one group and
+// that apply the scale to the weights (not WG_DEFER).
+#ifndef MARLIN_SCALE_FMA
+#define MARLIN_SCALE_FMA 0
+#endif
+
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
 // entry 40's profiles: the instructions right after the refill's cp.async wait on the copies'
 // address registers, about 4.5 % of the stall samples). 0 (the default): right after the
@@ -847,6 +863,18 @@ __device__ __forceinline__ void dequant_sym(uint32_t q, FragB& f0, FragB& f1) {
   f1[1] = __hfma2(as_half2(n.hi1), mul, add);
 }
 
+// MARLIN_SCALE_FMA: one weight word with its group scale, m = s 2^20 and c = -8 s (see the
+// switch): f0 from nibbles 0 and 1 of each half (column lane/4, scale m0 and c0), f1 from 2 and
+// 3 (column 8 + lane/4, m1 and c1), each nibble moved into bits 4-7, read there as x 2^-20.
+__device__ __forceinline__ void dequant_sym_fma(uint32_t q, half2 m0, half2 c0, half2 m1,
+                                                half2 c1, FragB& f0, FragB& f1) {
+  constexpr uint32_t MASK = 0x00f000f0;
+  f0[0] = __hfma2(as_half2((q << 4) & MASK), m0, c0);
+  f0[1] = __hfma2(as_half2(q & MASK), m0, c0);
+  f1[0] = __hfma2(as_half2((q >> 4) & MASK), m1, c1);
+  f1[1] = __hfma2(as_half2((q >> 8) & MASK), m1, c1);
+}
+
 // Zero point z of one column, as the two constants that make (x - z) exact in fp16:
 // lo - (1024 + z) and hi/16 - (64 + z).
 struct ZeroPair {
@@ -936,6 +964,10 @@ __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
 // SASS of instances that never touch it (the others then compile as without the switch).
 template <bool ON> struct DescBase {};
 template <> struct DescBase<true> { uint32_t a_desc_lo; };
+// MARLIN_SCALE_FMA: the unit's scale words as s 2^20 and -8 s, one pair per 16-column tile (a
+// member only in the builds with the switch, as DescBase).
+template <bool ON> struct FmaScales {};
+template <> struct FmaScales<true> { half2 fm[4], fc[4]; };
 // DYN_Q > 0 (config `dyn_chunk`, name _q<DYN_Q>): the units are handed out at run time, in
 // chunks of DYN_Q units (the last may be shorter) with fixed boundaries: chunk c is units
 // [c * DYN_Q, (c + 1) * DYN_Q). CTA b takes chunk b first; thread 0 draws every later one from
@@ -968,7 +1000,8 @@ template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
           bool EARLY = false, bool TOP_SUM = false>
-struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
+struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
+                FmaScales<(MARLIN_SCALE_FMA != 0 && WGMMA)> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
   static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER &&
@@ -1047,6 +1080,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
       (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
         COMPUTE_REGS >= 200 && (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2))));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
+  // MARLIN_SCALE_FMA (above): the group scale inside the unpacking's HFMA2.
+  static constexpr bool SCALE_FMA = MARLIN_SCALE_FMA && WGMMA && !HAS_ZP && !PER_CHANNEL &&
+                                    GROUP_BLOCKS >= K_BLOCKS && !WG_DEFER;
   // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
   // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
   // writes the buffer of the group issued just before it, across units too (7 % 3 != 0).
@@ -1800,8 +1836,27 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++) {
       FragB f0, f1;
-      dequant_tile<!WG_DEFER>(r, zp, j, f0, f1);
+      if constexpr (SCALE_FMA) {
+        dequant_sym_fma(reinterpret_cast<const uint32_t*>(&r.b)[j], __low2half2(this->fm[j]),
+                        __low2half2(this->fc[j]), __high2half2(this->fm[j]),
+                        __high2half2(this->fc[j]), f0, f1);
+      } else {
+        dequant_tile<!WG_DEFER>(r, zp, j, f0, f1);
+      }
       w[j] = as_a_fragment(f0, f1);
+    }
+  }
+
+  // MARLIN_SCALE_FMA: s 2^20 (two exact products by 1024) and -8 s of the unit's scale words.
+  __device__ __forceinline__ void prepare_fma_scales(const Regs& r) {
+    if constexpr (SCALE_FMA) {
+      const half2 k1024 = as_half2(0x64006400u), km8 = as_half2(0xc800c800u);
+#pragma unroll
+      for (int j = 0; j < WARP_TILES; j++) {
+        const half2 s = reinterpret_cast<const half2*>(&r.s)[j];
+        this->fm[j] = __hmul2(__hmul2(s, k1024), k1024);
+        this->fc[j] = __hmul2(s, km8);
+      }
     }
   }
 
@@ -3110,6 +3165,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)> {
 #endif
           }
         };
+        // MARLIN_SCALE_FMA: the unit's scales (one group) prepared at its first step.
+        if (sub == 0) prepare_fma_scales(regs[0]);
         if constexpr (WG_RING3) {
           // (sub is a constant once the loop is unrolled: the index and the branch fold.)
           dequant_wgmma(regs[sub % 2], wa[wg_buf(sub)]);

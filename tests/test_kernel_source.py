@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 from marlin_cupy import jit, kernels
@@ -70,6 +72,9 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WG_DEPTH=4", "t256_m2_n32_k8_s4_g8_fp32_sw4_wg_ws"),
      ("MARLIN_WG_DEFER=2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"),
      ("MARLIN_DESC_ADD=4", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"),
+     # the group scale inside the unpacking's HFMA2 (entry 87)
+     ("MARLIN_SCALE_FMA=1", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"),
+     ("MARLIN_SCALE_FMA=1", "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
      # the end's rules of entry 64: the old one (48 rows, acq_rel count-out), every tile
      ("MARLIN_PAR_COOP=3", "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"),
      ("MARLIN_COOP_REARM_RELAXED=0", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
@@ -412,3 +417,62 @@ def test_activation_reads_of_the_swapped_mma_loops(monkeypatch):
         code(ptx(wg, "MARLIN_X_PAIRS=0,MARLIN_A_OFF=0"))
     un = "t256_m2_n16_k4_s6_g8_fp32"
     assert code(ptx(un, "MARLIN_X_PAIRS=1")) == code(ptx(un, "MARLIN_X_PAIRS=0"))
+
+
+def _halves(words):
+    """uint32 words as their (low, high) fp16 halves."""
+    words = np.asarray(words, dtype=np.uint32)
+    return (words & 0xFFFF).astype(np.uint16).view(np.float16), \
+        (words >> 16).astype(np.uint16).view(np.float16)
+
+
+def _biased_unpack(q, s):
+    """The shipped symmetric unpacking of weight words q (cuda/marlin.cuh dequant_sym then
+    scale_frag): f0 = (lo0, hi0), f1 = (lo1, hi1), each half2 as (low, high) fp16 halves, the
+    bias removed exactly and the scale s applied in one rounding (fp16 products are exact in
+    fp32, so NumPy's fp16 arithmetic rounds once)."""
+    f16 = np.float16
+    out = []
+    for shift in (0, 8):
+        w = q >> shift
+        lo = _halves((w & 0x000F000F) | 0x64006400)
+        hi = _halves((w & 0x00F000F0) | 0x64006400)
+        out.append([(h - f16(1032)) * s for h in lo])
+        out.append([(h * f16(1 / 16) + f16(-72)) * s for h in hi])
+    return out
+
+
+def _fma_unpack(q, s):
+    """MARLIN_SCALE_FMA's dequant_sym_fma: each nibble masked into bits 4-7 of its half (the
+    subnormal x 2^-20), then one fma with m = s 2^20 (two exact products by 1024) and c = -8 s,
+    the fma exact in float64 and rounded once to fp16."""
+    f16 = np.float16
+    m = (s * f16(1024)) * f16(1024)
+    c = s * f16(-8)
+    out = []
+    for w in ((q << 4), q, (q >> 4), (q >> 8)):
+        v = _halves(w & 0x00F000F0)
+        out.append([(h.astype(np.float64) * np.float64(m) + np.float64(c)).astype(f16)
+                    for h in v])
+    return out
+
+
+def test_scale_fma_unpacking_gives_the_shipped_bits_for_every_scale_below_one_sixteenth():
+    """The arithmetic MARLIN_SCALE_FMA rests on (NOTES.md entry 87): for every nibble and every
+    positive fp16 scale s with s 2^20 <= 65504, i.e. below 2^-4 (subnormal scales included), fma(x 2^-20,
+    s 2^20, -8 s) rounds to the same fp16 bits as the shipped (x - 8) then times s, in each of
+    the four half2 of a word, in the same order (f0 = nibbles 0 and 1 of each half, f1 = 2 and
+    3). From 2^-4 on s 2^20 overflows: the switch is a measurement build, not for such weights."""
+    q = np.arange(16, dtype=np.uint32)
+    # Every nibble value at every position: word i holds nibble (i + p) % 16 at position p.
+    words = np.zeros(16, dtype=np.uint32)
+    for p in range(8):
+        words |= ((q + p) % 16) << (4 * p)
+    scales = np.arange(1, 0x2C00, dtype=np.uint16).view(np.float16)   # below 2^-4
+    assert float(scales[-1]) * 2 ** 20 == 65504
+    for s in scales[::7].tolist() + [scales[0], scales[-1]]:
+        s = np.float16(s)
+        a, b = _biased_unpack(words, s), _fma_unpack(words, s)
+        for fa, fb in zip(a, b):
+            for ha, hb in zip(fa, fb):
+                np.testing.assert_array_equal(ha.view(np.uint16), hb.view(np.uint16))
