@@ -33,6 +33,8 @@
 //   7  no offset: the symmetric weights go to the MMAs as the LOP3's 1024 + x and 64 + x, without
 //      the HADD2/HFMA2 that subtract the offset (entry 55)
 //   8  6 and 7 together: of the dequantization only the SHF and LOP3 are left (entry 55)
+//      (6 and 7 leave the fused unpacking of the FMA builds as it is: its one HFMA2 per half2
+//      is both the offset and the scale; 8 leaves its SHF and LOP3 there too. Entry 87.)
 //   9  no shared->register reads in the mma.sync loop (run()): every step computes on the first
 //      step's registers, each word through an integer add of a run-time 0 so that the math
 //      stays in the loop (entry 74)
@@ -236,22 +238,6 @@ __device__ int marlin_early_off;
 // instead of FP16-rounded scaled weights): not bitwise equal to 0's.
 #ifndef MARLIN_WG_DEFER
 #define MARLIN_WG_DEFER 1
-#endif
-
-// (Prepared in entry 87; an A/B switch) The group scale inside the unpacking, one HFMA2 per
-// half2: the symmetric wgmma loops' weights as (x - 8) s = x s - 8 s from the nibble x alone,
-// with no exponent bias. Each nibble is masked into bits 4-7 of its half (3 SHF, 4 LOP3 per
-// word, against the biased unpacking's 1 SHF and 4 LOP3), where it reads as the subnormal
-// x 2^-20; fma(x 2^-20, s 2^20, -8 s) is x s - 8 s exactly before its one rounding, which is the
-// rounding of (x - 8) s that the two-step unpacking (subtract the bias, exact; multiply by s)
-// ends in: the same bits (fma.f16x2 keeps subnormals, PTX ISA). s 2^20 and -8 s are computed
-// once per unit (3 HMUL2 per scale word), where a unit holds one scale group. 4 HFMA2 per word
-// instead of 2 HADD2/HFMA2 and 4 HMUL2. Needs s 2^20 <= 65504, i.e. every scale below 2^-4:
-// the build computes garbage above that (a measurement; a shipped form would take it only for
-// weights whose scales all fit). 1: the sym wgmma instances whose units hold one group and
-// that apply the scale to the weights (not WG_DEFER).
-#ifndef MARLIN_SCALE_FMA
-#define MARLIN_SCALE_FMA 0
 #endif
 
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
@@ -863,12 +849,26 @@ __device__ __forceinline__ void dequant_sym(uint32_t q, FragB& f0, FragB& f1) {
   f1[1] = __hfma2(as_half2(n.hi1), mul, add);
 }
 
-// MARLIN_SCALE_FMA: one weight word with its group scale, m = s 2^20 and c = -8 s (see the
-// switch): f0 from nibbles 0 and 1 of each half (column lane/4, scale m0 and c0), f1 from 2 and
-// 3 (column 8 + lane/4, m1 and c1), each nibble moved into bits 4-7, read there as x 2^-20.
+// The group scale inside the unpacking (template parameter FMA; benchmarks/NOTES.md entry 87):
+// a symmetric weight is (x - 8) s = x s - 8 s from the nibble x alone, with no exponent bias.
+// Each nibble is masked into bits 4-7 of its half (3 SHF and 4 LOP3 per word, against the
+// biased unpacking's 1 SHF and 4 LOP3), where it reads as the subnormal x 2^-20, and
+// fma(x 2^-20, m, c) with m = s 2^20 and c = -8 s is x s - 8 s exactly before its one rounding:
+// the rounding of (x - 8) s that the two-step unpacking (dequant_sym, then scale_frag: the bias
+// off exactly, then times s) ends in, so the same bits (fma.f16x2 keeps subnormals, PTX ISA).
+// 4 HFMA2 per word instead of 2 HADD2/HFMA2 and 4 HMUL2, with m and c computed once per unit.
+// It needs s 2^20 <= 65504, i.e. every |s| below 2^-4 (config.FMA_SCALE_LIMIT): the host takes
+// it only for weights whose scales all are (MarlinWeight.fma_scales).
+// One word: f0 from nibbles 0 and 1 of each half (column lane/4, m0 and c0), f1 from 2 and 3
+// (column 8 + lane/4, m1 and c1).
 __device__ __forceinline__ void dequant_sym_fma(uint32_t q, half2 m0, half2 c0, half2 m1,
                                                 half2 c1, FragB& f0, FragB& f1) {
   constexpr uint32_t MASK = 0x00f000f0;
+  if constexpr (MARLIN_PROBE == 8) {   // only the SHF and LOP3 (see MARLIN_PROBE)
+    f0[0] = as_half2((q << 4) & MASK); f0[1] = as_half2(q & MASK);
+    f1[0] = as_half2((q >> 4) & MASK); f1[1] = as_half2((q >> 8) & MASK);
+    return;
+  }
   f0[0] = __hfma2(as_half2((q << 4) & MASK), m0, c0);
   f0[1] = __hfma2(as_half2(q & MASK), m0, c0);
   f1[0] = __hfma2(as_half2((q >> 4) & MASK), m1, c1);
@@ -954,6 +954,10 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //   DYN_Q         units per chunk handed out at run time (0: one static stripe per CTA); needs
 //                 PAR_REDUCE without the shared sum (tiles of up to 32 rows), the mma.sync
 //                 loop without a producer, and DYN_Q >= STAGES (see DynState)
+//   EARLY, TOP_SUM  the early bottom and the column's top sums (config fields of those names)
+//   FMA           the group scale inside the unpacking's HFMA2 (dequant_sym_fma): symmetric
+//                 wgmma instances whose units hold one group, not WG_DEFER; only for weights
+//                 whose scales are all below 2^-4 in magnitude (the host checks)
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
@@ -964,8 +968,8 @@ __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
 // SASS of instances that never touch it (the others then compile as without the switch).
 template <bool ON> struct DescBase {};
 template <> struct DescBase<true> { uint32_t a_desc_lo; };
-// MARLIN_SCALE_FMA: the unit's scale words as s 2^20 and -8 s, one pair per 16-column tile (a
-// member only in the builds with the switch, as DescBase).
+// FMA: the unit's scale words as s 2^20 and -8 s, one pair per 16-column tile (a member only in
+// the instances that use it, as DescBase).
 template <bool ON> struct FmaScales {};
 template <> struct FmaScales<true> { half2 fm[4], fc[4]; };
 // DYN_Q > 0 (config `dyn_chunk`, name _q<DYN_Q>): the units are handed out at run time, in
@@ -999,9 +1003,9 @@ template <> struct DynState<true> {
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
-          bool EARLY = false, bool TOP_SUM = false>
+          bool EARLY = false, bool TOP_SUM = false, bool FMA = false>
 struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
-                FmaScales<(MARLIN_SCALE_FMA != 0 && WGMMA)> {
+                FmaScales<FMA> {
   static_assert(!PAR_REDUCE || FP32_REDUCE, "the parallel reduction sums FP32 partials");
   // EARLY (config suffix _eb): MARLIN_PAR_EARLY_BOTTOM for this instance alone.
   static_assert(!EARLY || (FP32_REDUCE && 16 * M_BLOCKS < 32 && !PRODUCER &&
@@ -1080,9 +1084,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
         COMPUTE_REGS >= 200 && (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2))));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
-  // MARLIN_SCALE_FMA (above): the group scale inside the unpacking's HFMA2.
-  static constexpr bool SCALE_FMA = MARLIN_SCALE_FMA && WGMMA && !HAS_ZP && !PER_CHANNEL &&
-                                    GROUP_BLOCKS >= K_BLOCKS && !WG_DEFER;
+  // FMA (dequant_sym_fma): the group scale inside the unpacking's HFMA2, for the symmetric wgmma
+  // instances whose units hold one group and that scale the weights (not WG_DEFER). The host
+  // asks for it only there (KernelConfig.scale_fma_applies mirrors this condition).
+  static constexpr bool SCALE_FMA = FMA;
+  static_assert(!FMA || (WGMMA && !HAS_ZP && !PER_CHANNEL && GROUP_BLOCKS >= K_BLOCKS &&
+                         !WG_DEFER),
+                "FMA (the group scale inside the unpacking) needs the wgmma loop, symmetric "
+                "weights, units of one scale group, and the scale on the weights (not WG_DEFER)");
   // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
   // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
   // writes the buffer of the group issued just before it, across units too (7 % 3 != 0).
@@ -1847,7 +1856,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     }
   }
 
-  // MARLIN_SCALE_FMA: s 2^20 (two exact products by 1024) and -8 s of the unit's scale words.
+  // FMA: s 2^20 (two exact products by 1024) and -8 s of the unit's scale words.
   __device__ __forceinline__ void prepare_fma_scales(const Regs& r) {
     if constexpr (SCALE_FMA) {
       const half2 k1024 = as_half2(0x64006400u), km8 = as_half2(0xc800c800u);
@@ -3165,7 +3174,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #endif
           }
         };
-        // MARLIN_SCALE_FMA: the unit's scales (one group) prepared at its first step.
+        // FMA: the unit's scales (one group) prepared at its first step.
         if (sub == 0) prepare_fma_scales(regs[0]);
         if constexpr (WG_RING3) {
           // (sub is a constant once the loop is unrolled: the index and the branch fold.)
@@ -3281,14 +3290,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 template <int THREADS, int M_BLOCKS, int N_BLOCKS, int K_BLOCKS, int STAGES, int GROUP_BLOCKS,
           bool HAS_ZP, bool FP32_REDUCE, int SWAP, bool WGMMA = false, bool PAR_REDUCE = false,
           int WARP_N = 0, int MIN_BLOCKS = 1, bool PRODUCER = false, int DYN_Q = 0,
-          bool EARLY = false, bool TOP_SUM = false>
+          bool EARLY = false, bool TOP_SUM = false, bool FMA = false>
 __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, const int4* S,
                                               const int4* Z, int4* C, float4* scratch,
                                               int* locks, int prob_m, int prob_n, int prob_k,
                                               int parallel) {
   using K = Marlin<THREADS, M_BLOCKS, N_BLOCKS, K_BLOCKS, STAGES, GROUP_BLOCKS, HAS_ZP,
                    FP32_REDUCE, SWAP, WGMMA, PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q,
-                   EARLY, TOP_SUM>;
+                   EARLY, TOP_SUM, FMA>;
   extern __shared__ __align__(1024) int4 smem[];
 #if MARLIN_PDL
   grid_launch_dependents();

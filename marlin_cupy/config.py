@@ -25,6 +25,9 @@ MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row
 WGMMA_SWAPS = (1, 2, 4, 8, 16)   # 8-row blocks per wgmma; 16: 128-row slabs, 32-column warps
 PRODUCER_THREADS = 128           # the producer warpgroup (the kernel's COPY_T with a producer)
 PRODUCER_REGS = 56               # the producer warpgroup's setmaxnreg (MARLIN_WS_PRODUCER_REGS)
+#: The group scale inside the unpacking (the kernel's FMA; benchmarks/NOTES.md entry 87) takes
+#: s * 2^20 in fp16: every |scale| must be below 2^-4 (65504 / 2^20 is the largest that fits).
+FMA_SCALE_LIMIT = 2.0 ** -4
 
 
 def group_blocks_for(group_size: int, k: int) -> int:
@@ -130,6 +133,44 @@ class KernelConfig:
     @property
     def k_warps(self) -> int:
         return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
+
+    @property
+    def compute_registers(self) -> int:
+        """Registers per compute thread as the kernel reckons them (COMPUTE_REGS): the launch
+        bounds' share, or what the producer leaves them (``producer_registers``)."""
+        pool = 65536 // self.blocks_per_sm // self.launch_threads // 8 * 8
+        if not (self.producer and self.wgmma) or pool >= 248:
+            return min(pool, 255)
+        from .kernels import defines    # the build's switches ($MARLIN_CUPY_DEFINES)
+        producer = defines().get("MARLIN_WS_PRODUCER_REGS", PRODUCER_REGS)
+        return (pool * self.launch_threads - producer * PRODUCER_THREADS) // self.threads // 8 * 8
+
+    @property
+    def wg_defer(self) -> bool:
+        """Whether the wgmma loop scales FP32 sums once per group instead of the weights (the
+        kernel's WG_DEFER under the build's MARLIN_WG_DEFER, default 1)."""
+        if not self.wgmma:
+            return False
+        from .kernels import defines
+        mode = defines().get("MARLIN_WG_DEFER", 1)
+        kw = self.k_warps
+        spg = self.group_blocks // kw if self.group_blocks > 0 and self.group_blocks % kw == 0 \
+            else 0
+        k_sub = self.thread_k_blocks // kw
+        if spg < 2 or k_sub % spg:
+            return False
+        return mode == 2 or (mode == 1 and spg == k_sub and self.compute_registers >= 200 and
+                             (self.swap_ab in (2, 4) or
+                              (self.swap_ab == 8 and self.warp_cols // 16 <= 2)))
+
+    @property
+    def scale_fma_applies(self) -> bool:
+        """Whether this instance has a build with the group scale inside the unpacking (the
+        kernel's FMA: symmetric weights whose scales are all below ``FMA_SCALE_LIMIT``): the
+        wgmma loop, units of one scale group, and the scale on the weights (not ``wg_defer``).
+        The kernel's static_assert holds the same condition."""
+        return (self.wgmma and self.group_blocks > 0 and
+                self.group_blocks >= self.thread_k_blocks and not self.wg_defer)
 
     @property
     def early_bottom_fits(self) -> bool:

@@ -11,33 +11,35 @@ from .config import KernelConfig
 KERNEL_FILE = "marlin.cu"
 
 
-def marlin_entry(cfg: KernelConfig, has_zp: bool = False) -> str:
-    """The kernel's symbol; a config and its ``compiled`` form share it (and the source)."""
-    return f"marlin_{cfg.compiled.name}_{'zp' if has_zp else 'sym'}"
+def marlin_entry(cfg: KernelConfig, has_zp: bool = False, fma: bool = False) -> str:
+    """The kernel's symbol; a config and its ``compiled`` form share it (and the source).
+    ``fma``: the build with the group scale inside the unpacking (suffix ``_symf``)."""
+    kind = "zp" if has_zp else "symf" if fma else "sym"
+    return f"marlin_{cfg.compiled.name}_{kind}"
 
 
-def template_args(cfg: KernelConfig, has_zp: bool = False) -> str:
+def template_args(cfg: KernelConfig, has_zp: bool = False, fma: bool = False) -> str:
     """The template arguments of ``mc::Marlin`` / ``mc::marlin_kernel`` for ``cfg``; the trailing
-    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q, EARLY, TOP_SUM) only up to the last that
-    differs from its default, so that instances which do not use them keep their source text
-    (and kernel cache key)."""
+    ones (PAR_REDUCE, WARP_N, MIN_BLOCKS, PRODUCER, DYN_Q, EARLY, TOP_SUM, FMA) only up to the
+    last that differs from its default, so that instances which do not use them keep their
+    source text (and kernel cache key)."""
     b = lambda v: "true" if v else "false"  # noqa: E731
     args = [cfg.threads, cfg.thread_m_blocks, cfg.thread_n_blocks, cfg.thread_k_blocks,
             cfg.stages, cfg.group_blocks, b(has_zp), b(cfg.fp32_reduce), cfg.swap_ab,
             b(cfg.wgmma)]
     optional = [(b(cfg.parallel_reduce), "false"), (cfg.warp_n, 0), (cfg.blocks_per_sm, 1),
                 (b(cfg.producer), "false"), (cfg.dyn_chunk, 0), (b(cfg.early_bottom), "false"),
-                (b(cfg.top_sum), "false")]
+                (b(cfg.top_sum), "false"), (b(fma), "false")]
     while optional and optional[-1][0] == optional[-1][1]:
         optional.pop()
     return ", ".join(str(v) for v in args + [v for v, _ in optional])
 
 
-def _wrapper(cfg: KernelConfig, has_zp: bool) -> str:
-    targs = template_args(cfg, has_zp)
+def _wrapper(cfg: KernelConfig, has_zp: bool, fma: bool = False) -> str:
+    targs = template_args(cfg, has_zp, fma)
     return (
         f'extern "C" __global__ void __launch_bounds__({cfg.launch_threads}, {cfg.blocks_per_sm})\n'
-        f"{marlin_entry(cfg, has_zp)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"
+        f"{marlin_entry(cfg, has_zp, fma)}(const int4* A, const int4* B, const int4* S, const int4* Z,\n"
         f"    int4* C, float4* scratch, int* locks, int prob_m, int prob_n, int prob_k,\n"
         f"    int parallel) {{\n"
         f"  mc::marlin_kernel<{targs}>(A, B, S, Z, C, scratch, locks, prob_m, prob_n, prob_k,\n"
@@ -92,17 +94,24 @@ def extra_defines() -> str:
     return define_lines(defines())
 
 
-def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True) -> str:
-    """Self-contained source (headers inlined) defining ``marlin_entry(cfg, has_zp)``, with
+def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True,
+                  fma: bool = False) -> str:
+    """Self-contained source (headers inlined) defining ``marlin_entry(cfg, has_zp, fma)``, with
     the switches of ``$MARLIN_CUPY_DEFINES`` in front (see ``extra_defines``).
 
-    ``check=False`` skips ``cfg.validate()``; tests use it to confirm that the kernel's own
-    static_asserts reject the same configurations.
+    ``fma``: the instance with the group scale inside the unpacking (symmetric weights whose
+    scales are all below ``config.FMA_SCALE_LIMIT``; only where ``cfg.scale_fma_applies``).
+    ``check=False`` skips ``cfg.validate()`` and that condition; tests use it to confirm that
+    the kernel's own static_asserts reject the same configurations.
     """
     if check:
         cfg.validate()
+        if fma and (has_zp or not cfg.scale_fma_applies):
+            raise ValueError(f"{cfg.name}: the group scale inside the unpacking (fma) needs a "
+                             f"symmetric wgmma instance whose units hold one scale group and "
+                             f"that scales the weights (KernelConfig.scale_fma_applies)")
     cfg = cfg.compiled      # host-side fields (the grid's cap) do not reach the source
-    return extra_defines() + _base_source() + "\n" + _wrapper(cfg, has_zp)
+    return extra_defines() + _base_source() + "\n" + _wrapper(cfg, has_zp, fma)
 
 
 def reload_sources():
@@ -113,7 +122,8 @@ def reload_sources():
 def warm_instantiated(workers: int = 8, configs=None) -> int:
     """Fill the kernel caches with ``configs`` (default: every dispatchable configuration, the
     instantiated table, the sm_90 heuristic's and the shipped tuned tables), sym and zero-point,
-    each for its own target (sm_90a for wgmma configs)."""
+    and the sym build with the group scale inside the unpacking where it applies, each for its
+    own target (sm_90a for wgmma configs)."""
     from .config import INSTANTIATED, SM90_INSTANTIATED, tuned_instances
     if configs is None:
         cfgs = list(dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
@@ -121,4 +131,6 @@ def warm_instantiated(workers: int = 8, configs=None) -> int:
     else:
         cfgs = configs
     return jit.warm_cache([(marlin_source(c, zp), c.arch_suffix)
-                           for c in cfgs for zp in (False, True)], workers)
+                           for c in cfgs for zp in (False, True)]
+                          + [(marlin_source(c, fma=True), c.arch_suffix)
+                             for c in cfgs if c.scale_fma_applies], workers)

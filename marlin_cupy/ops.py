@@ -36,6 +36,8 @@ _device_props: dict = {}
 _workspaces: dict = {}
 _kernels: dict = {}
 _pdl_kernels: dict = {}
+#: ``use_kernel``'s builds: (device, compiled config, has_zp) -> (kernel, its fma form).
+_overrides: dict = {}
 
 #: Prefix of the build that ``matmul(..., pdl=True)`` launches (cuda/marlin.cuh, MARLIN_PDL).
 PDL_PREFIX = "#define MARLIN_PDL 4\n"
@@ -119,38 +121,45 @@ def workspace(stream=None, captured: bool | None = None) -> Workspace:
     return ws
 
 
-def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = ""):
+def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma: bool = False):
     """The compiled instance, ready to launch, from ``prefix`` (e.g. ``"#define MARLIN_PROBE
-    4\n"``, for probe and A/B builds; see ``use_kernel``) + its source, for its own target."""
-    module = jit.load_module(prefix + kernels.marlin_source(cfg, has_zp),
+    4\n"``, for probe and A/B builds; see ``use_kernel``) + its source, for its own target.
+    ``fma``: the build with the group scale inside the unpacking (``kernels.marlin_source``)."""
+    module = jit.load_module(prefix + kernels.marlin_source(cfg, has_zp, fma=fma),
                              arch_suffix=cfg.arch_suffix)
-    ker = module.get_function(kernels.marlin_entry(cfg, has_zp))
+    ker = module.get_function(kernels.marlin_entry(cfg, has_zp, fma))
     ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
     return ker
 
 
-def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False):
+def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False, fma: bool = False):
     cp = _cupy()
-    key = (cp.cuda.Device().id, cfg.compiled, has_zp)
+    key = (cp.cuda.Device().id, cfg.compiled, has_zp) + ((True,) if fma else ())
     cache = _pdl_kernels if pdl else _kernels
     ker = cache.get(key)
     if ker is None:
-        ker = cache[key] = build_kernel(cfg, has_zp, prefix=PDL_PREFIX if pdl else "")
+        ker = cache[key] = build_kernel(cfg, has_zp, prefix=PDL_PREFIX if pdl else "", fma=fma)
     return ker
 
 
-def resident_ctas(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) -> int:
-    """CTAs of this compiled instance (the ``pdl=True`` build if ``pdl``) that fit on one SM at
-    once (occupancy calculator)."""
+def resident_ctas(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False,
+                  fma: bool = False) -> int:
+    """CTAs of this compiled instance (the ``pdl=True`` build if ``pdl``, the group scale inside
+    the unpacking if ``fma``) that fit on one SM at once (occupancy calculator)."""
+    return _resident(_kernel(cfg, has_zp, pdl, fma), cfg, has_zp)
+
+
+def _resident(kernel, cfg: KernelConfig, has_zp: bool) -> int:
     from cupy_backends.cuda.api import driver
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        _kernel(cfg, has_zp, pdl).kernel.ptr, cfg.launch_threads, cfg.smem_bytes(has_zp))
+        kernel.kernel.ptr, cfg.launch_threads, cfg.smem_bytes(has_zp))
 
 
-def kernel_resources(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False) -> dict:
+def kernel_resources(cfg: KernelConfig, has_zp: bool = False, pdl: bool = False,
+                     fma: bool = False) -> dict:
     """Registers, spills and shared memory of the compiled instance (the ``pdl=True`` build if
-    ``pdl``) on the current device."""
-    ker = _kernel(cfg, has_zp, pdl)
+    ``pdl``, the group scale inside the unpacking if ``fma``) on the current device."""
+    ker = _kernel(cfg, has_zp, pdl, fma)
     local = int(ker.local_size_bytes)
     return {"registers": int(ker.num_regs), "spill_bytes": local, "stack_bytes": local,
             "shared_bytes": cfg.smem_bytes(has_zp)}
@@ -160,39 +169,48 @@ def reload_kernels():
     """Drop compiled kernels so edited sources in cuda/ are picked up (notebooks, autotuning)."""
     _kernels.clear()
     _pdl_kernels.clear()
+    _overrides.clear()
     _plan.cache_clear()
     jit._modules.clear()
     kernels.reload_sources()
 
 
 @contextlib.contextmanager
-def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False):
-    """Within the block, ``matmul`` with ``cfg`` launches ``kernel`` (another build of the same
-    instance, e.g. a ``MARLIN_PROBE`` or A/B build; scripts/ab_probe.py). Plans hold their
-    kernel, so they are dropped on the way in and out; a probe that only swapped the kernel
-    dict once timed the same build twice."""
+def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False, fma: bool = False):
+    """Within the block, ``matmul`` with ``cfg`` (weights of ``has_zp``'s kind, without
+    ``pdl``) launches ``kernel``: another build of the same instance, e.g. a ``MARLIN_PROBE`` or
+    A/B build (scripts/ab_probe.py), whatever the weight's scales; ``fma`` says whether that
+    build has the group scale inside the unpacking (``ops.build_kernel(..., fma=True)``), which
+    the plan reports (``Plan.scale_fma``). An A/B against the default dispatch builds its A
+    with the ``fma`` that ``use_scale_fma`` gives the weight. Plans hold their kernel, so they
+    are dropped on the way in and out; a probe that only swapped the kernel dict once timed
+    the same build twice."""
     key = (_cupy().cuda.Device().id, cfg.compiled, has_zp)
-    saved = _kernels.get(key)
-    _kernels[key] = kernel
+    saved = _overrides.get(key)
+    _overrides[key] = (kernel, bool(fma))
     _plan.cache_clear()
     try:
         yield
     finally:
         if saved is None:
-            _kernels.pop(key, None)
+            _overrides.pop(key, None)
         else:
-            _kernels[key] = saved
+            _overrides[key] = saved
         _plan.cache_clear()
 
 
 def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
          config: KernelConfig | None = None, max_ctas: int | None = None,
-         pdl: bool = False) -> "Plan":
+         pdl: bool = False, fma_scales: bool = False) -> "Plan":
     """The launch ``matmul`` makes for this problem on the current device: its config (the
     tuned table's or the heuristic's), kernel, grid and shared memory. Benchmarks report
-    ``plan(...).config`` so that the config they record is the one that ran."""
+    ``plan(...).config`` so that the config they record is the one that ran. ``fma_scales``:
+    the weight's scales allow the group scale inside the unpacking (``MarlinWeight.fma_scales``
+    and ``matmul``'s ``scale_fma``); the plan then takes that build where the config has one
+    (``Plan.scale_fma``)."""
     cp = _cupy()
-    return _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas, pdl)
+    return _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas, pdl,
+                 bool(fma_scales))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,6 +317,7 @@ class Plan(NamedTuple):
     smem: int
     scratch_floats: int
     locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk)
+    scale_fma: bool = False  # the kernel applies the group scale inside the unpacking
 
 
 #: FP16 partial sums (``fp32_reduce=False``, name ``_fp16``) are rounded to FP16 at every
@@ -323,7 +342,8 @@ def fp16_reduce_grid(units: int, k_tiles: int, grid: int,
 
 @functools.lru_cache(maxsize=4096)
 def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
-          config: KernelConfig | None, max_ctas: int | None, pdl: bool = False) -> Plan:
+          config: KernelConfig | None, max_ctas: int | None, pdl: bool = False,
+          fma_scales: bool = False) -> Plan:
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
         m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"],
@@ -334,11 +354,18 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
     units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
-    kernel = _kernel(cfg, has_zp, pdl)
+    # The group scale inside the unpacking: the same bits as the two-step form, for weights
+    # whose scales allow it, on the instances that have it (NOTES.md entry 87).
+    override = None if pdl else _overrides.get((device_id, cfg.compiled, has_zp))
+    if override is not None:
+        kernel, fma = override
+    else:
+        fma = use_scale_fma(cfg, has_zp, fma_scales)
+        kernel = _kernel(cfg, has_zp, pdl, fma)
     # Every CTA must be resident at once (CTAs wait on each other's partial sums), so the grid
     # never exceeds what the hardware keeps resident: blocks_per_sm CTAs per SM, as far as the
     # occupancy calculator confirms for this compiled kernel.
-    resident = resident_ctas(cfg, has_zp, pdl)
+    resident = _resident(kernel, cfg, has_zp)
     if resident < 1:
         raise ValueError(f"config {cfg.name} cannot launch on this device (no CTA fits an SM: "
                          f"{kernel.num_regs} registers x {cfg.launch_threads} threads, "
@@ -382,9 +409,16 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
         if kernel.max_dynamic_shared_size_bytes < smem:
             kernel.max_dynamic_shared_size_bytes = smem
     return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
-                slots * cfg.tile_m * cfg.tile_n, n_locks)
+                slots * cfg.tile_m * cfg.tile_n, n_locks, fma)
+
+
+def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
+    """Whether a launch of ``cfg`` takes the build with the group scale inside the unpacking:
+    symmetric weights whose scales all lie below ``config.FMA_SCALE_LIMIT`` (``fma_scales``),
+    on an instance that has that build (``KernelConfig.scale_fma_applies``)."""
+    return bool(fma_scales) and not has_zp and cfg.scale_fma_applies
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
-           max_ctas: int | None = None, pdl: bool = False):
+           max_ctas: int | None = None, pdl: bool = False, scale_fma: bool | None = None):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
 
     ``x`` may be a CuPy array or any GPU tensor exposing ``__dlpack__`` (torch, zero-copy); a
@@ -411,6 +445,14 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (``qweight``, ``scales``, ``zeros``), since they are read before the wait. Writing ``x``
     there is fine (a norm before the projection, say). Outputs are bitwise those of
     ``pdl=False``. The gain needs the kernel before to let this one start early (ours do).
+
+    ``scale_fma``: the group scale inside the unpacking (one fp16 FMA per pair of weights instead
+    of a bias subtraction and a scale multiply; 1.5-5 % faster from M = 128 on, NOTES.md entry
+    87), which the wgmma kernels of symmetric, grouped weights take when every scale lies below
+    2^-4 in magnitude (``mw.fma_scales``, checked when the weight was made). The outputs are
+    bitwise those of the two-step unpacking. ``None`` (default): whenever the weight allows it;
+    ``False``: never; ``True``: as ``None``, but a weight whose scales do not allow it is an
+    error instead of the two-step form.
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")
@@ -462,8 +504,14 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
         else:
             out_cp = cp.empty(lead + (n,), dtype=cp.float16)
         has_zp = mw.zeros is not None
+        fma_scales = bool(mw.fma_scales) and not has_zp
+        if scale_fma is True and not fma_scales:
+            raise ValueError("scale_fma=True: this weight cannot take the group scale inside "
+                             "the unpacking (it needs symmetric weights whose scales all lie "
+                             "below 2^-4 in magnitude; mw.fma_scales is False)")
+        fma_scales = fma_scales and scale_fma is not False
         plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas,
-                     bool(pdl)) if m else None
+                     bool(pdl), fma_scales) if m else None
         if m == 0:
             return out if out is not None else out_cp
         ws = workspace(launch_stream, captured=capturing)

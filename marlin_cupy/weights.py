@@ -7,7 +7,7 @@ information rearranged into the Marlin tiled layout that the kernel reads; ``lay
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -135,6 +135,16 @@ class QuantizedWeight:
                 and same(self.zeros, other.zeros) and same(self.g_idx, other.g_idx))
 
 
+def scales_fit_fma(scales) -> bool:
+    """Whether every scale (NumPy or CuPy fp16) is finite and below ``config.FMA_SCALE_LIMIT``
+    in magnitude: the kernels' group scale inside the unpacking computes s * 2^20 in fp16."""
+    from .config import FMA_SCALE_LIMIT
+    if scales is None or getattr(scales, "size", 0) == 0:
+        return False
+    a = abs(scales.astype("float32"))
+    return bool((a < FMA_SCALE_LIMIT).all())    # False for NaN and inf too
+
+
 @dataclass(eq=False)
 class MarlinWeight:
     """A quantized weight in the Marlin tiled layout (see ``layout.py`` for the exact format).
@@ -145,6 +155,13 @@ class MarlinWeight:
     ``perm``: int32 ``[K]`` act-order permutation of the input rows (the kernel computes
     ``x[:, perm] @ W[perm]``), or ``None``.
     Arrays are NumPy on the host, or CuPy after ``to_device()``.
+    ``fma_scales``: whether every scale is finite and below ``config.FMA_SCALE_LIMIT`` (2^-4) in
+    magnitude, which lets the wgmma kernels apply the group scale inside the unpacking (the
+    same bits, fewer instructions; benchmarks/NOTES.md entry 87). Computed from ``scales``
+    when the weight is made (one reduction, a device sync for CuPy arrays) and carried by
+    ``to_device``/``to_host``; the arrays are not to be changed in place afterwards (make a
+    new ``MarlinWeight`` instead), since a scale raised past the limit would then be computed
+    wrongly by those kernels.
     """
 
     qweight: object
@@ -155,6 +172,11 @@ class MarlinWeight:
     group_size: int
     k: int
     n: int
+    fma_scales: Optional[bool] = field(default=None)
+
+    def __post_init__(self):
+        if self.fma_scales is None:
+            self.fma_scales = scales_fit_fma(self.scales)
 
     @property
     def on_device(self) -> bool:
@@ -169,10 +191,11 @@ class MarlinWeight:
         import cupy as cp
         move = (lambda a: None if a is None else cp.ascontiguousarray(cp.asarray(a)))
         return MarlinWeight(move(self.qweight), move(self.scales), move(self.zeros),
-                            move(self.perm), self.bits, self.group_size, self.k, self.n)
+                            move(self.perm), self.bits, self.group_size, self.k, self.n,
+                            self.fma_scales)
 
     def to_host(self) -> "MarlinWeight":
         """The same weight with every array on the host (NumPy)."""
         get = (lambda a: None if a is None else (a if isinstance(a, np.ndarray) else a.get()))
         return MarlinWeight(get(self.qweight), get(self.scales), get(self.zeros), get(self.perm),
-                            self.bits, self.group_size, self.k, self.n)
+                            self.bits, self.group_size, self.k, self.n, self.fma_scales)

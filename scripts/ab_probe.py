@@ -53,6 +53,12 @@ another order and the outputs are compared by their relative difference (at most
 norm); ``threads=512,warp_n=32`` keeps the split (narrower warps side by side) and must give
 the same bits. The A build may spill where T leaves too few registers per thread: check with
 ``check_compile.py`` or ``tune.spills`` first.
+``--scale-fma``: A is ``matmul(..., scale_fma=True)`` (the group scale inside the unpacking,
+NOTES.md entry 87), B ``scale_fma=False`` (the two-step unpacking), the same config and plain
+builds; the outputs must be the same bits. Configs without that build run the same kernel
+twice (a control for the noise). Other A/Bs build A in the form the weights take by default
+(``ops.use_scale_fma``: the harness's scales lie below 2^-4, so the sym wgmma configs that
+have the fused form take it), so that A and B differ only by the switch.
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
 (``dyn_chunk=Q``, and ``parallel_reduce``, which it needs; NOTES.md entry 53). Its partials are
 cut and summed differently from B's, so the outputs are compared by their relative difference
@@ -103,6 +109,8 @@ def main(argv=None) -> int:
                    help="A: the config this tuned table file dispatches (B: the shipped "
                         "table's), plain builds; 'generic': the generic heuristic's; "
                         "'uncapped': the dispatch without entry 84's rules (SM count)")
+    p.add_argument("--scale-fma", action="store_true",
+                   help="A: matmul(..., scale_fma=True), B: scale_fma=False (plain builds)")
     p.add_argument("--base-define", default="",
                    help="NAME=VALUE[,...] for the B build (two variants against each other; "
                         "default: B is the shipped build)")
@@ -143,8 +151,12 @@ def main(argv=None) -> int:
     if a.table_a and (prefix or a.variant or a.base_define or a.top or a.only_par):
         p.error("--table-a compares two tables' dispatch on plain builds: no --define, "
                 "--variant, --base-define, --top or --only-par with it")
-    if not prefix and not a.variant and not a.table_a:
-        p.error("give --define (naming a switch), --variant, or both; or --table-a")
+    if a.scale_fma and (prefix or a.variant or a.table_a or a.base_define or a.zp):
+        p.error("--scale-fma compares the two unpackings of symmetric weights on plain builds: "
+                "no --define, --variant, --table-a, --base-define or --zp with it")
+    if not prefix and not a.variant and not a.table_a and not a.scale_fma:
+        p.error("give --define (naming a switch), --variant, or both; or --table-a or "
+                "--scale-fma")
     generic = a.table_a == "generic"
     uncapped = a.table_a == "uncapped"
     table_a = tune.load_table(ops.device_facts()["name"]) if uncapped else {} if generic \
@@ -188,17 +200,25 @@ def main(argv=None) -> int:
               for key, cs in plan.items() for c in cs}
     cfgs = {c for cs in plan.values() for c in cs}
     a_set = set(a_cfgs.values())
-    jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in cfgs]
-                   + [(prefix + kernels.marlin_source(c, zp), c.arch_suffix) for c in a_set],
+    # The weights below (random_weight_rotation: scales in [1e-3, 1e-2)) allow the group scale
+    # inside the unpacking, so every build is made in the form the default dispatch takes.
+    fma_of = lambda c: ops.use_scale_fma(c, zp, True)  # noqa: E731
+    jit.warm_cache([(b_prefix + kernels.marlin_source(c, zp, fma=fma_of(c)), c.arch_suffix)
+                    for c in cfgs]
+                   + [(prefix + kernels.marlin_source(c, zp, fma=fma_of(c)), c.arch_suffix)
+                      for c in a_set]
+                   + [(kernels.marlin_source(c, zp), c.arch_suffix)
+                      for c in cfgs if a.scale_fma and fma_of(c)],
                    os.cpu_count() or 4)
     # Without switches the A build of a config the shipped table also runs is that same
     # kernel (--table-a), so the check below that the launch holds the A build is moot there.
-    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix) for c in a_set}
-    b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix) for c in cfgs} if b_prefix else {}
+    a_kernels = {c: ops.build_kernel(c, zp, prefix=prefix, fma=fma_of(c)) for c in a_set}
+    b_kernels = {c: ops.build_kernel(c, zp, prefix=b_prefix, fma=fma_of(c))
+                 for c in cfgs} if b_prefix else {}
 
     def build_b(cfg):
         """The B build's launch context: its own kernel with --base-define, else the shipped."""
-        return (ops.use_kernel(cfg, b_kernels[cfg], has_zp=zp) if b_prefix
+        return (ops.use_kernel(cfg, b_kernels[cfg], has_zp=zp, fma=fma_of(cfg)) if b_prefix
                 else contextlib.nullcontext())
 
     rng = np.random.default_rng(0)
@@ -207,20 +227,27 @@ def main(argv=None) -> int:
         timer = Timer(stream, budget_ms=15.0, min_reps=10, max_reps=60)
         for k, n, m, x, mws in layer_cases(shapes, ms, a.group_size, rng, zero_points=zp):
             copies = len(mws)
+            assert zp or mws[0].fma_scales, "the probe's weights allow the fused scale"
             for cfg in plan[(k, n, m)]:
                 acfg = a_cfgs[(k, n, m), cfg]
                 row = {"k": k, "n": n, "m": m, "config": cfg.name}
                 if a.variant or table_a is not None:
                     row["a_config"] = acfg.name
                 try:
-                    run_b = lambda i: ops.matmul(x, mws[i], config=cfg)  # noqa: E731
-                    run_a = lambda i: ops.matmul(x, mws[i], config=acfg)  # noqa: E731
+                    # --scale-fma: A the fused unpacking, B the two-step one (else the default).
+                    fa, fb = (True, False) if a.scale_fma else (None, None)
+                    run_b = lambda i: ops.matmul(x, mws[i], config=cfg, scale_fma=fb)  # noqa: E731
+                    run_a = lambda i: ops.matmul(x, mws[i], config=acfg, scale_fma=fa)  # noqa: E731
                     t_old, t_new = [], []
                     # A B B A: a drift of the clock or the memory over the four
                     # measurements falls on both builds alike.
                     for build in "ABBA":
-                        if build == "A":
-                            with ops.use_kernel(acfg, a_kernels[acfg], has_zp=zp):
+                        if build == "A" and a.scale_fma:
+                            y_old = run_a(0)
+                            t_old.append(timer.measure(run_a, copies).stats.median_us)
+                        elif build == "A":
+                            with ops.use_kernel(acfg, a_kernels[acfg], has_zp=zp,
+                                                fma=fma_of(acfg)):
                                 # The launch path must really take the A build.
                                 assert ops.plan(m, n, k, a.group_size, has_zp=zp,
                                                 config=acfg).kernel is a_kernels[acfg]
@@ -228,11 +255,12 @@ def main(argv=None) -> int:
                                 t_old.append(timer.measure(run_a, copies).stats.median_us)
                         else:
                             with build_b(cfg):
-                                held = ops.plan(m, n, k, a.group_size, has_zp=zp,
-                                                config=cfg).kernel
-                                assert table_a is not None or held is not a_kernels[acfg]
+                                held = ops.plan(m, n, k, a.group_size, has_zp=zp, config=cfg,
+                                                fma_scales=fb is not False).kernel
+                                assert table_a is not None or a.scale_fma or \
+                                    held is not a_kernels[acfg]
                                 assert not b_prefix or held is b_kernels[cfg]
-                                y_new = ops.matmul(x, mws[0], config=cfg)
+                                y_new = run_b(0)
                                 t_new.append(timer.measure(run_b, copies).stats.median_us)
                     t_old, t_new = sum(t_old) / 2, sum(t_new) / 2
                     equal = bool(cp.all(y_old == y_new))
@@ -269,6 +297,7 @@ def main(argv=None) -> int:
               f"({b / nb - 1:+.1%})")
     with open(a.out, "w") as f:
         json.dump({"kind": "ab_probe", "define": a.define or None, "variant": a.variant or None,
+                   "scale_fma": a.scale_fma or None,
                    "table_a": a.table_a or None,
                    "base_define": a.base_define or None,
                    "rel_tol": a.rel_tol or None,

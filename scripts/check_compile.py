@@ -96,10 +96,12 @@ def config_targets():
                                     SM90_INSTANTIATED, TOP_SUM_EXAMPLES, WGMMA_EXAMPLES,
                                     tuned_instances)
 
-    def target(cfg, zp, archs=(), prefix="", tag=""):
+    def target(cfg, zp, archs=(), prefix="", tag="", fma=False):
+        extra = {"fma": True} if fma else {}
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
-                      source=prefix + marlin_source(cfg, zp),
-                      entry=marlin_entry(cfg, zp) if marlin_entry else None, archs=archs)
+                      source=prefix + marlin_source(cfg, zp, **extra),
+                      entry=(marlin_entry(cfg, zp, **extra) if marlin_entry else None),
+                      archs=archs)
 
     targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
     # A table's capped twins (``column_ctas``, a host-side grid cap) are the same kernel as
@@ -139,12 +141,24 @@ def config_targets():
         target(cfg, zp, (arch + cfg.arch_suffix,), PDL_PREFIX, "_pdl")
         for arch, cfgs in tables.items() if int(arch[3:]) >= 90
         for cfg in cfgs for zp in (False, True)]
-    return targets + tuned + sm90 + wg + par + pdl, (
+    # The build with the group scale inside the unpacking (symmetric weights whose scales lie
+    # below 2^-4; NOTES.md entry 87) of every dispatchable wgmma config that has one, and of
+    # the tables' configs in the pdl=True build.
+    dispatchable = dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
+                                 + [c for cs in tables.values() for c in cs])
+    fma = [target(cfg, False, ("sm_90a",), tag="_fma", fma=True) for cfg in dispatchable
+           if getattr(cfg, "scale_fma_applies", False)]
+    if PDL_PREFIX is not None:
+        fma += [target(cfg, False, (arch + cfg.arch_suffix,), PDL_PREFIX, "_fma_pdl", fma=True)
+                for arch, cfgs in tables.items() if int(arch[3:]) >= 90
+                for cfg in cfgs if getattr(cfg, "scale_fma_applies", False)]
+    return targets + tuned + sm90 + wg + par + pdl + fma, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
         f"{len(sm90) // 2} more of the sm_90 heuristic, "
         f"{len(wg) // 2} wgmma examples (sm_90a), {len(par) // 2} parallel-reduction, "
         f"mma.sync producer, run-time hand-out and early-bottom examples "
-        f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each")
+        f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each; "
+        f"{len(fma)} builds with the group scale inside the unpacking (sym, plain and pdl=True)")
 
 
 def all_targets():

@@ -169,14 +169,17 @@ def main(argv=None) -> int:
                     cfg = ops.plan(m, n, k, a.group_size).config
                     runs = [("marlin", lambda: ops.matmul(x, mw, out=out), None)]
                     if a.probe:
-                        kern = ops.build_kernel(cfg, False, prefix=f"#define MARLIN_PROBE {a.probe}\n")
+                        # Built in the form the default dispatch takes for this weight.
+                        fma = ops.use_scale_fma(cfg, False, mw.fma_scales)
+                        kern = ops.build_kernel(cfg, False, prefix=f"#define MARLIN_PROBE {a.probe}\n",
+                                                fma=fma)
                         runs.append((f"marlin-probe{a.probe}", lambda: ops.matmul(x, mw, out=out),
                                      kern))
                     runs.append(("cublas-fp16", lambda: cp.matmul(x, w16, out=out), None))
                     for name, call, kern in (runs[::-1] if a.reverse else runs):
                         time.sleep(1.0)
                         if kern is not None:
-                            with ops.use_kernel(cfg, kern):
+                            with ops.use_kernel(cfg, kern, fma=fma):
                                 assert ops.plan(m, n, k, a.group_size).kernel is kern
                                 calls, ms_gpu, t0, t1 = run_for(call, a.seconds, stream)
                         else:

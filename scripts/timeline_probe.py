@@ -243,7 +243,10 @@ def main(argv=None) -> int:
             plan = ops.plan(m, n, k, a.group_size, config=cfg)
             t_real = timer.measure(lambda i: ops.matmul(x, mws[i], config=cfg),
                                    copies).stats.median_us
-            with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=probe)):
+            # The build in the form the default dispatch takes for these weights (the group
+            # scale inside the unpacking where the config has it).
+            fma = ops.use_scale_fma(cfg, False, mws[0].fma_scales)
+            with ops.use_kernel(cfg, ops.build_kernel(cfg, prefix=probe, fma=fma), fma=fma):
                 locks, _ = ops.workspace(stream).get((STRIDE + 1) * plan.grid,
                                                      plan.scratch_floats)
                 per, raw = [], []

@@ -135,6 +135,63 @@ class TestEveryInstantiatedConfig:
                 judge(x_h, qw, run(x_h, mw, config=cfg, max_ctas=max_ctas))
 
 
+#: The dispatchable configs that have a build with the group scale inside the unpacking, which
+#: the dispatch takes for symmetric weights whose scales all lie below 2^-4 (NOTES.md entry 87).
+FMA_CONFIGS = tuple(c for c in DISPATCHABLE if c.scale_fma_applies)
+
+
+class TestScaleFma:
+    @pytest.mark.parametrize("cfg", FMA_CONFIGS, ids=lambda c: c.name)
+    def test_same_bits_as_the_two_step_unpacking(self, cfg):
+        """The fused unpacking gives the two-step form's bits: on the tests' usual weights
+        (judged against the reference) and on scales spread log-uniformly from 2^-20 (fp16
+        subnormals) to just below 2^-4, each sign."""
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 87)
+        k, n, group = problem_for(cfg, rng)
+        usual = make_weight(rng, k, n, group)
+        g = k // group
+        wide = np.exp2(rng.uniform(-20, -4.001, (g, n))) * rng.choice([-1, 1], (g, n))
+        spread = mc.QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
+                                    wide.astype(np.float16), None, None, 4, group)
+        for qw in (usual, spread):
+            mw = mc.pack(qw).to_device()
+            assert mw.fma_scales
+            for m in sorted({max(1, cfg.tile_m - 1), 2 * cfg.tile_m - 3}):
+                x_h = rng.standard_normal((m, k)).astype(np.float16)
+                x = cp.asarray(x_h)
+                for max_ctas in (None, 3):
+                    assert ops.plan(m, n, k, group, config=cfg, max_ctas=max_ctas,
+                                    fma_scales=True).scale_fma
+                    fused = run(x_h, mw, config=cfg, max_ctas=max_ctas)
+                    two = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, scale_fma=False)
+                    assert cp.array_equal(fused.view(cp.uint16), two.view(cp.uint16)), \
+                        (m, max_ctas, qw is spread)
+                if qw is usual:
+                    judge(x_h, qw, fused)
+
+    def test_scales_from_two_to_the_minus_four_take_the_two_step_form(self):
+        from marlin_cupy import ops
+        cfg = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws")
+        _skip_unless_runs(cfg)
+        assert cfg.scale_fma_applies
+        rng = np.random.default_rng(87)
+        qw = make_weight(rng, 1024, 512, 128)
+        scales = qw.scales.copy()
+        scales[3, 7] = np.float16(2.0 ** -4)      # one scale at the limit
+        qw = mc.QuantizedWeight(qw.q, scales, None, None, 4, 128)
+        mw = mc.pack(qw).to_device()
+        assert not mw.fma_scales
+        for m in (65, 300):
+            assert not ops.plan(m, 512, 1024, 128, config=cfg,
+                                fma_scales=mw.fma_scales).scale_fma
+            x_h = rng.standard_normal((m, 1024)).astype(np.float16)
+            judge(x_h, qw, run(x_h, mw, config=cfg))
+        with pytest.raises(ValueError, match="scale_fma=True"):
+            mc.matmul(cp.asarray(x_h), mw, config=cfg, scale_fma=True)
+
+
 @st.composite
 def problems(draw):
     group_size = draw(st.sampled_from([32, 64, 128, -1]))

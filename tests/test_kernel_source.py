@@ -176,6 +176,7 @@ def test_wgmma_group_scale_on_fp32_sums_where_it_applies(monkeypatch, name, defe
     half the f16x2 multiplies of the MARLIN_WG_DEFER 0 build's; the others' is the same."""
     cfg = KernelConfig.from_name(name)
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    assert cfg.wg_defer == deferred       # the host's mirror (KernelConfig.scale_fma_applies)
     arch = "compute_90" + cfg.arch_suffix
     plain = jit.compile_ptx("#define MARLIN_WG_DEFER 0\n" + kernels.marlin_source(cfg), arch)
     default = jit.compile_ptx(kernels.marlin_source(cfg), arch)
@@ -476,3 +477,37 @@ def test_scale_fma_unpacking_gives_the_shipped_bits_for_every_scale_below_one_si
         for fa, fb in zip(a, b):
             for ha, hb in zip(fa, fb):
                 np.testing.assert_array_equal(ha.view(np.uint16), hb.view(np.uint16))
+
+
+# The group scale inside the unpacking (template parameter FMA; NOTES.md entry 87): the host
+# asks for it only where KernelConfig.scale_fma_applies, and the kernel's static_assert holds
+# the same condition. scripts/check_compile.py compiles every dispatchable config that has it.
+@pytest.mark.parametrize("name,applies", [
+    ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", True),
+    ("t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2", True),     # units of half a group
+    ("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws", True),           # 64-column warps: no WG_DEFER
+    ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", False),   # WG_DEFER scales the sums
+    ("t256_m8_n16_k8_s3_gc_fp32_sw16_wg", False),            # per-channel: no group scale
+    ("t256_m8_n16_k16_s3_g8_fp32_sw16_wg", False),           # two groups per unit
+    ("t256_m1_n16_k8_s4_g8_fp32_sw1_b2", False),             # mma.sync
+])
+def test_fma_builds_exactly_where_the_kernel_takes_them(monkeypatch, name, applies):
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    cfg = KernelConfig.from_name(name)
+    assert cfg.scale_fma_applies == applies
+    assert kernels.marlin_entry(cfg, fma=True).endswith("_symf")
+    assert kernels.template_args(cfg, fma=True).endswith(", true")
+    if applies:
+        _, reports = jit.compile_offline(kernels.marlin_source(cfg, fma=True),
+                                         "sm_90" + cfg.arch_suffix)
+        assert {r.kernel for r in reports} == {kernels.marlin_entry(cfg, fma=True)}
+        with pytest.raises(ValueError, match="fma"):
+            kernels.marlin_source(cfg, has_zp=True, fma=True)     # zero points: never
+        return
+    with pytest.raises(ValueError, match="scale_fma_applies"):
+        kernels.marlin_source(cfg, fma=True)
+    if cfg.wgmma:
+        # The kernel refuses it too (its static_assert), unchecked source or not.
+        with pytest.raises(Exception, match="FMA"):
+            jit.compile_offline(kernels.marlin_source(cfg, check=False, fma=True),
+                                "sm_90" + cfg.arch_suffix)

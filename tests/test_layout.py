@@ -170,3 +170,39 @@ class TestFastPackMatchesLiteralFormat:
     @given(quantized(act_order=False))
     def test_transpose_pack_equals_gather_pack(self, qw):
         assert np.array_equal(layout.pack_codes(qw.q, qw.bits), _pack_codes_by_gather(qw.q, qw.bits))
+
+
+class TestFmaScales:
+    """``MarlinWeight.fma_scales`` (NOTES.md entry 87): whether every scale lies below 2^-4 in
+    magnitude, so that the kernels may take the group scale inside the unpacking."""
+
+    @SETTINGS
+    @given(quantized(), st.floats(1e-3, 0.2), st.booleans())
+    def test_pack_decides_from_the_largest_scale(self, qw, top, negative):
+        scales = qw.scales.copy()
+        scales.flat[0] = np.float16(-top if negative else top)
+        qw = QuantizedWeight(qw.q, scales, qw.zeros, qw.g_idx, qw.bits, qw.group_size)
+        mw = layout.pack(qw)
+        want = bool(np.abs(scales.astype(np.float32)).max() < 2.0 ** -4)
+        assert mw.fma_scales is want
+        assert mw.to_host().fma_scales is want
+        assert layout.pack(layout.unpack(mw)).fma_scales is want
+
+    def test_the_limit_and_non_finite_scales(self):
+        from marlin_cupy.weights import scales_fit_fma
+        below = np.array([0x2BFF], dtype=np.uint16).view(np.float16)     # 65504 / 2^20
+        assert scales_fit_fma(below) and scales_fit_fma(-below)
+        assert not scales_fit_fma(np.array([2.0 ** -4], dtype=np.float16))
+        for bad in (np.inf, -np.inf, np.nan):
+            assert not scales_fit_fma(np.array([1e-3, bad], dtype=np.float16))
+        assert scales_fit_fma(np.array([0.0, 6e-8], dtype=np.float16))   # zero, subnormal
+        assert not scales_fit_fma(np.zeros((0, 4), dtype=np.float16))
+
+    def test_an_explicit_false_opts_the_weight_out(self):
+        qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.full((1, 64), 0.01, np.float16),
+                             None, None, 4, 128)
+        mw = layout.pack(qw)
+        assert mw.fma_scales is True
+        out = type(mw)(mw.qweight, mw.scales, mw.zeros, mw.perm, mw.bits, mw.group_size,
+                       mw.k, mw.n, False)
+        assert out.fma_scales is False and out.to_host().fma_scales is False

@@ -160,11 +160,14 @@ class Marlin(Provider):
         layer = self.layer
         # The config matmul actually launches (tuned table or heuristic), never a re-derivation:
         # an earlier version asked the heuristic here and recorded a config that had not run.
-        config = plan(m, layer.n, layer.k, layer.group_size, False, self._config(),
-                      pdl=self.pdl).config
-        info = {"config": config.name, "registers": None, "spill_bytes": None}
+        p = plan(m, layer.n, layer.k, layer.group_size, False, self._config(), pdl=self.pdl,
+                 fma_scales=bool(self.weights[0].fma_scales))
+        config = p.config
+        # scale_fma: the build with the group scale inside the unpacking ran (NOTES.md entry 87).
+        info = {"config": config.name, "scale_fma": p.scale_fma, "registers": None,
+                "spill_bytes": None}
         try:
-            res = kernel_resources(config, pdl=self.pdl)
+            res = kernel_resources(config, pdl=self.pdl, fma=p.scale_fma)
             info.update(registers=int(res["registers"]), spill_bytes=int(res["spill_bytes"]))
         except Exception:            # resources are a courtesy; the timing stands without them
             pass
