@@ -66,9 +66,17 @@ def needs(bench: dict) -> dict:
 
 
 def _b_label(record) -> str:
+    if record.get("scale_fma"):
+        return "matmul(..., scale_fma=False): the two-step unpacking"
     t = record.get("table_a")
     return ("what matmul dispatches (the table, else the sm_90 heuristic)" if t == "generic"
             else "the shipped table" if t else "the shipped build")
+
+
+def _a_label(record) -> str:
+    if record.get("scale_fma"):
+        return "matmul(..., scale_fma=True): the group scale inside the unpacking"
+    return record.get("define") or record.get("variant") or record.get("table_a")
 
 
 def _group(record) -> str:
@@ -97,7 +105,7 @@ def fp16_sums(sets, fp16) -> dict:
 
 def render(path, record, sums, need=None, fp16=None):
     lines = [f"## `{path}`", "",
-             f"A: `{record.get('define') or record.get('variant') or record.get('table_a')}`, "
+             f"A: `{_a_label(record)}`, "
              f"B: `{record.get('base_define') or _b_label(record)}`; kernel "
              f"{str(record.get('environment', {}).get('git_commit', '?'))[:12]}, "
              f"table {str(record.get('table_commit', '?'))[:12]}"
