@@ -501,6 +501,15 @@ def test_fma_builds_exactly_where_the_kernel_takes_them(monkeypatch, name, appli
         _, reports = jit.compile_offline(kernels.marlin_source(cfg, fma=True),
                                          "sm_90" + cfg.arch_suffix)
         assert {r.kernel for r in reports} == {kernels.marlin_entry(cfg, fma=True)}
+        # The loop's scale multiplies (4 per weight word: tiles x k16 steps words per unit) are
+        # gone, 3 per scale word and unit left (s 2^20 and -8 s), and the bias subtractions.
+        arch = "compute_90" + cfg.arch_suffix
+        ptx = {f: jit.compile_ptx(kernels.marlin_source(cfg, fma=f), arch) for f in (False, True)}
+        count = lambda op, f: len(re.findall(rf"\b{op}\b", ptx[f]))  # noqa: E731
+        assert count(r"sub\.f16x2", True) == 0 < count(r"sub\.f16x2", False)
+        assert count(r"mul\.f16x2", True) == 3 * (cfg.warp_cols // 16)
+        k_sub = cfg.thread_k_blocks // cfg.k_warps
+        assert count(r"mul\.f16x2", False) == 4 * (cfg.warp_cols // 16) * k_sub
         with pytest.raises(ValueError, match="fma"):
             kernels.marlin_source(cfg, has_zp=True, fma=True)     # zero points: never
         return
@@ -511,3 +520,16 @@ def test_fma_builds_exactly_where_the_kernel_takes_them(monkeypatch, name, appli
         with pytest.raises(Exception, match="FMA"):
             jit.compile_offline(kernels.marlin_source(cfg, check=False, fma=True),
                                 "sm_90" + cfg.arch_suffix)
+
+
+def test_the_dispatch_takes_the_fused_scale_only_for_weights_and_configs_that_allow_it():
+    from marlin_cupy import ops
+    fused = KernelConfig.from_name("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws")
+    deferred = KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws")
+    assert ops.use_scale_fma(fused, False, True)
+    assert not ops.use_scale_fma(fused, True, True)       # zero points
+    assert not ops.use_scale_fma(fused, False, False)     # a scale at or above 2^-4
+    assert not ops.use_scale_fma(deferred, False, True)   # scales the FP32 sums instead
+    assert not ops.use_scale_fma(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
+                                 False, True)             # mma.sync
+    assert ops.use_scale_fma(fused.with_(column_ctas=1), False, True)   # a grid cap: the same
