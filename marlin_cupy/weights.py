@@ -155,13 +155,14 @@ class MarlinWeight:
     ``perm``: int32 ``[K]`` act-order permutation of the input rows (the kernel computes
     ``x[:, perm] @ W[perm]``), or ``None``.
     Arrays are NumPy on the host, or CuPy after ``to_device()``.
-    ``fma_scales``: whether every scale is finite and below ``config.FMA_SCALE_LIMIT`` (2^-4) in
-    magnitude, which lets the wgmma kernels apply the group scale inside the unpacking (the
-    same bits, fewer instructions; benchmarks/NOTES.md entry 87). Computed from ``scales``
-    when the weight is made (one reduction, a device sync for CuPy arrays) and carried by
-    ``to_device``/``to_host``; the arrays are not to be changed in place afterwards (make a
-    new ``MarlinWeight`` instead), since a scale raised past the limit would then be computed
-    wrongly by those kernels.
+    ``fma_scales`` (not an argument): whether every scale is finite and below
+    ``config.FMA_SCALE_LIMIT`` (2^-4) in magnitude, which lets the wgmma kernels apply the group
+    scale inside the unpacking (the same bits, fewer instructions; benchmarks/NOTES.md entry
+    87). Computed from ``scales`` whenever a ``MarlinWeight`` is made (``dataclasses.replace``
+    included; one reduction, a device sync for CuPy arrays). The arrays are not to be changed
+    in place afterwards (make a new ``MarlinWeight`` instead): a scale raised past the limit
+    would then be computed wrongly by those kernels. ``matmul(..., scale_fma=False)`` never
+    takes the fused form.
     """
 
     qweight: object
@@ -172,11 +173,10 @@ class MarlinWeight:
     group_size: int
     k: int
     n: int
-    fma_scales: Optional[bool] = field(default=None)
+    fma_scales: bool = field(init=False, default=False)
 
     def __post_init__(self):
-        if self.fma_scales is None:
-            self.fma_scales = scales_fit_fma(self.scales)
+        self.fma_scales = scales_fit_fma(self.scales)
 
     @property
     def on_device(self) -> bool:
@@ -191,11 +191,10 @@ class MarlinWeight:
         import cupy as cp
         move = (lambda a: None if a is None else cp.ascontiguousarray(cp.asarray(a)))
         return MarlinWeight(move(self.qweight), move(self.scales), move(self.zeros),
-                            move(self.perm), self.bits, self.group_size, self.k, self.n,
-                            self.fma_scales)
+                            move(self.perm), self.bits, self.group_size, self.k, self.n)
 
     def to_host(self) -> "MarlinWeight":
         """The same weight with every array on the host (NumPy)."""
         get = (lambda a: None if a is None else (a if isinstance(a, np.ndarray) else a.get()))
         return MarlinWeight(get(self.qweight), get(self.scales), get(self.zeros), get(self.perm),
-                            self.bits, self.group_size, self.k, self.n, self.fma_scales)
+                            self.bits, self.group_size, self.k, self.n)

@@ -198,11 +198,15 @@ class TestFmaScales:
         assert scales_fit_fma(np.array([0.0, 6e-8], dtype=np.float16))   # zero, subnormal
         assert not scales_fit_fma(np.zeros((0, 4), dtype=np.float16))
 
-    def test_an_explicit_false_opts_the_weight_out(self):
+    def test_a_replaced_scale_array_is_checked_again(self):
+        import dataclasses
         qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.full((1, 64), 0.01, np.float16),
                              None, None, 4, 128)
         mw = layout.pack(qw)
         assert mw.fma_scales is True
-        out = type(mw)(mw.qweight, mw.scales, mw.zeros, mw.perm, mw.bits, mw.group_size,
-                       mw.k, mw.n, False)
-        assert out.fma_scales is False and out.to_host().fma_scales is False
+        big = mw.scales.copy()
+        big[0, 5] = np.float16(0.1)
+        assert dataclasses.replace(mw, scales=big).fma_scales is False
+        with pytest.raises(TypeError):
+            type(mw)(mw.qweight, mw.scales, mw.zeros, mw.perm, mw.bits, mw.group_size, mw.k,
+                     mw.n, True)     # not an argument: always computed from the scales

@@ -206,5 +206,5 @@ def _copy(obj):
     if hasattr(obj, "qweight"):
         from .. import MarlinWeight
         return MarlinWeight(*(None if a is None else a.copy() for a in (obj.qweight, obj.scales, obj.zeros, obj.perm)),
-                            obj.bits, obj.group_size, obj.k, obj.n, obj.fma_scales)
+                            obj.bits, obj.group_size, obj.k, obj.n)
     return obj.copy()
