@@ -135,17 +135,6 @@ class KernelConfig:
         return (self.threads // 32) // (max(self.n_warps, 1) * self.m_warps)
 
     @property
-    def compute_registers(self) -> int:
-        """Registers per compute thread as the kernel reckons them (COMPUTE_REGS): the launch
-        bounds' share, or what the producer leaves them (``producer_registers``)."""
-        pool = 65536 // self.blocks_per_sm // self.launch_threads // 8 * 8
-        if not (self.producer and self.wgmma) or pool >= 248:
-            return min(pool, 255)
-        from .kernels import defines    # the build's switches ($MARLIN_CUPY_DEFINES)
-        producer = defines().get("MARLIN_WS_PRODUCER_REGS", PRODUCER_REGS)
-        return (pool * self.launch_threads - producer * PRODUCER_THREADS) // self.threads // 8 * 8
-
-    @property
     def wg_defer(self) -> bool:
         """Whether the wgmma loop scales FP32 sums once per group instead of the weights (the
         kernel's WG_DEFER under the build's MARLIN_WG_DEFER, default 1)."""
@@ -159,7 +148,12 @@ class KernelConfig:
         k_sub = self.thread_k_blocks // kw
         if spg < 2 or k_sub % spg:
             return False
-        return mode == 2 or (mode == 1 and spg == k_sub and self.compute_registers >= 200 and
+        # Registers per compute thread (the kernel's COMPUTE_REGS): what a producer leaves
+        # them, else the launch bounds' share.
+        split = self.producer_registers
+        compute = split[2] if split else min(
+            65536 // self.blocks_per_sm // self.launch_threads // 8 * 8, 255)
+        return mode == 2 or (mode == 1 and spg == k_sub and compute >= 200 and
                              (self.swap_ab in (2, 4) or
                               (self.swap_ab == 8 and self.warp_cols // 16 <= 2)))
 

@@ -134,7 +134,7 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
 
 def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False, fma: bool = False):
     cp = _cupy()
-    key = (cp.cuda.Device().id, cfg.compiled, has_zp) + ((True,) if fma else ())
+    key = (cp.cuda.Device().id, cfg.compiled, has_zp, fma)
     cache = _pdl_kernels if pdl else _kernels
     ker = cache.get(key)
     if ker is None:

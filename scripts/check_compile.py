@@ -97,11 +97,9 @@ def config_targets():
                                     tuned_instances)
 
     def target(cfg, zp, archs=(), prefix="", tag="", fma=False):
-        extra = {"fma": True} if fma else {}
         return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
-                      source=prefix + marlin_source(cfg, zp, **extra),
-                      entry=(marlin_entry(cfg, zp, **extra) if marlin_entry else None),
-                      archs=archs)
+                      source=prefix + marlin_source(cfg, zp, fma=fma),
+                      entry=marlin_entry(cfg, zp, fma) if marlin_entry else None, archs=archs)
 
     targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
     # A table's capped twins (``column_ctas``, a host-side grid cap) are the same kernel as
@@ -147,11 +145,11 @@ def config_targets():
     dispatchable = dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
                                  + [c for cs in tables.values() for c in cs])
     fma = [target(cfg, False, ("sm_90a",), tag="_fma", fma=True) for cfg in dispatchable
-           if getattr(cfg, "scale_fma_applies", False)]
+           if cfg.scale_fma_applies]
     if PDL_PREFIX is not None:
         fma += [target(cfg, False, (arch + cfg.arch_suffix,), PDL_PREFIX, "_fma_pdl", fma=True)
                 for arch, cfgs in tables.items() if int(arch[3:]) >= 90
-                for cfg in cfgs if getattr(cfg, "scale_fma_applies", False)]
+                for cfg in cfgs if cfg.scale_fma_applies]
     return targets + tuned + sm90 + wg + par + pdl + fma, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
         f"{len(sm90) // 2} more of the sm_90 heuristic, "
