@@ -956,8 +956,9 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 loop without a producer, and DYN_Q >= STAGES (see DynState)
 //   EARLY, TOP_SUM  the early bottom and the column's top sums (config fields of those names)
 //   FMA           the group scale inside the unpacking's HFMA2 (dequant_sym_fma): symmetric
-//                 wgmma instances whose units hold one group, not WG_DEFER; only for weights
-//                 whose scales are all below 2^-4 in magnitude (the host checks)
+//                 wgmma instances whose units hold one group (an instance that would scale
+//                 FP32 sums, WG_DEFER, scales the weights instead); only for weights whose
+//                 scales are all below 2^-4 in magnitude (the host checks)
 // Whether an instance builds its activation descriptors by addition (MARLIN_DESC_ADD above).
 __host__ __device__ constexpr bool desc_add(bool wgmma, int swap) {
   return wgmma && (MARLIN_DESC_ADD == 2 || (MARLIN_DESC_ADD == 1 && swap == 8) ||
@@ -1079,19 +1080,20 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       !WS || REG_POOL >= 248
           ? (REG_POOL < 255 ? REG_POOL : 255)
           : (REG_POOL * (THREADS + COPY_T) - MARLIN_WS_PRODUCER_REGS * COPY_T) / THREADS / 8 * 8;
+  // With FMA the group scale is inside the unpacking at no cost of its own, so there is no
+  // fold to make: the fused build of a WG_DEFER instance scales the weights (NOTES.md entry 88).
   static constexpr bool WG_DEFER =
-      WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
+      !FMA && WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
       (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
         COMPUTE_REGS >= 200 && (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2))));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
   // FMA (dequant_sym_fma): the group scale inside the unpacking's HFMA2, for the symmetric wgmma
-  // instances whose units hold one group and that scale the weights (not WG_DEFER). The host
-  // asks for it only there (KernelConfig.scale_fma_applies mirrors this condition).
+  // instances whose units hold one group (WG_DEFER is then off). The host asks for it only
+  // there (KernelConfig.scale_fma_applies mirrors this condition).
   static constexpr bool SCALE_FMA = FMA;
-  static_assert(!FMA || (WGMMA && !HAS_ZP && !PER_CHANNEL && GROUP_BLOCKS >= K_BLOCKS &&
-                         !WG_DEFER),
+  static_assert(!FMA || (WGMMA && !HAS_ZP && !PER_CHANNEL && GROUP_BLOCKS >= K_BLOCKS),
                 "FMA (the group scale inside the unpacking) needs the wgmma loop, symmetric "
-                "weights, units of one scale group, and the scale on the weights (not WG_DEFER)");
+                "weights and units of one scale group");
   // MARLIN_WG_DEPTH 2 and 3: the three-buffer ring of run_wgmma. Step `sub`'s buffer is
   // sub % 3 (sub - K_SUB for the previous unit's steps); with 8 steps per unit a step never
   // writes the buffer of the group issued just before it, across units too (7 % 3 != 0).

@@ -137,7 +137,9 @@ class KernelConfig:
     @property
     def wg_defer(self) -> bool:
         """Whether the wgmma loop scales FP32 sums once per group instead of the weights (the
-        kernel's WG_DEFER under the build's MARLIN_WG_DEFER, default 1)."""
+        kernel's WG_DEFER under the build's MARLIN_WG_DEFER, default 1), in the two-step build:
+        the build with the group scale inside the unpacking (``scale_fma_applies``) always
+        scales the weights."""
         if not self.wgmma:
             return False
         from .kernels import defines
@@ -161,10 +163,10 @@ class KernelConfig:
     def scale_fma_applies(self) -> bool:
         """Whether this instance has a build with the group scale inside the unpacking (the
         kernel's FMA: symmetric weights whose scales are all below ``FMA_SCALE_LIMIT``): the
-        wgmma loop, units of one scale group, and the scale on the weights (not ``wg_defer``).
-        The kernel's static_assert holds the same condition."""
-        return (self.wgmma and self.group_blocks > 0 and
-                self.group_blocks >= self.thread_k_blocks and not self.wg_defer)
+        wgmma loop and units of one scale group. That build scales the weights, also where the
+        two-step build scales FP32 sums (``wg_defer``). The kernel's static_assert holds the
+        same condition."""
+        return self.wgmma and self.group_blocks > 0 and self.group_blocks >= self.thread_k_blocks
 
     @property
     def early_bottom_fits(self) -> bool:

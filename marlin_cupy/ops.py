@@ -415,8 +415,17 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
 def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
     """Whether a launch of ``cfg`` takes the build with the group scale inside the unpacking:
     symmetric weights whose scales all lie below ``config.FMA_SCALE_LIMIT`` (``fma_scales``),
-    on an instance that has that build (``KernelConfig.scale_fma_applies``)."""
-    return bool(fma_scales) and not has_zp and cfg.scale_fma_applies
+    on an instance that has that build (``KernelConfig.scale_fma_applies``), where it is the
+    faster form (``fma_over_defer``)."""
+    return (bool(fma_scales) and not has_zp and cfg.scale_fma_applies and
+            (not cfg.wg_defer or fma_over_defer(cfg)))
+
+
+def fma_over_defer(cfg: KernelConfig) -> bool:
+    """For an instance whose two-step build scales FP32 sums (``KernelConfig.wg_defer``):
+    whether its fused build (the scale inside the unpacking, no fold) is the faster one.
+    (Measurement in progress: every such instance.)"""
+    return True
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False, scale_fma: bool | None = None):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.

@@ -3,6 +3,7 @@
 Judgement: relative Frobenius error of the kernel <= 2 x that of cuBLAS FP16 on the same
 dequantized weights + 1e-4; NaN never passes; outputs are poisoned before every run.
 """
+import contextlib
 import zlib
 
 import numpy as np
@@ -145,9 +146,15 @@ class TestScaleFma:
     def test_same_bits_as_the_two_step_unpacking(self, cfg):
         """The fused unpacking gives the two-step form's bits: on the tests' usual weights
         (judged against the reference) and on scales spread log-uniformly from 2^-20 (fp16
-        subnormals) to just below 2^-4, each sign."""
+        subnormals) to just below 2^-4, each sign. Where the two-step build scales FP32 sums
+        instead (``wg_defer``), against its build that scales the weights
+        (``MARLIN_WG_DEFER 0``)."""
         from marlin_cupy import ops
         _skip_unless_runs(cfg)
+        scaled = (ops.build_kernel(cfg, False, prefix="#define MARLIN_WG_DEFER 0\n")
+                  if cfg.wg_defer else None)
+        weights_scaled = (lambda: ops.use_kernel(cfg, scaled, False, False) if scaled
+                          else contextlib.nullcontext())
         rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 87)
         k, n, group = problem_for(cfg, rng)
         usual = make_weight(rng, k, n, group)
@@ -167,7 +174,10 @@ class TestScaleFma:
                     assert ops.plan(m, n, k, group, config=cfg, max_ctas=max_ctas,
                                     fma_scales=True).scale_fma
                     fused = run(x_h, mw, config=cfg, max_ctas=max_ctas)
-                    two = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, scale_fma=False)
+                    with weights_scaled():
+                        assert not ops.plan(m, n, k, group, config=cfg,
+                                            fma_scales=False).scale_fma
+                        two = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, scale_fma=False)
                     assert cp.array_equal(fused.view(cp.uint16), two.view(cp.uint16)), \
                         (m, max_ctas, qw is spread)
                 if qw is usual:

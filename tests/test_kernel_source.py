@@ -483,7 +483,8 @@ def test_scale_fma_unpacking_gives_the_shipped_bits_for_every_scale_below_one_si
     ("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws", True),
     ("t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2", True),     # units of half a group
     ("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws", True),           # 64-column warps: no WG_DEFER
-    ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", False),   # WG_DEFER scales the sums
+    ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", True),    # WG_DEFER's: fused, no fold
+    ("t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws", True),           # (16-row tiles)
     ("t256_m8_n16_k8_s3_gc_fp32_sw16_wg", False),            # per-channel: no group scale
     ("t256_m8_n16_k16_s3_g8_fp32_sw16_wg", False),           # two groups per unit
     ("t256_m1_n16_k8_s4_g8_fp32_sw1_b2", False),             # mma.sync
@@ -495,15 +496,25 @@ def test_fma_builds_exactly_where_the_kernel_takes_them(monkeypatch, name, appli
     assert kernels.marlin_entry(cfg, fma=True).endswith("_symf")
     assert kernels.template_args(cfg, fma=True).endswith(", true")
     if applies:     # (scripts/check_compile.py compiles the fused builds to cubin)
-        # The loop's scale multiplies (4 per weight word: tiles x k16 steps words per unit) are
-        # gone, 3 per scale word and unit left (s 2^20 and -8 s), and the bias subtractions.
+        # Against the build that scales the weights in two steps (MARLIN_WG_DEFER 0 where the
+        # default build scales FP32 sums instead): the loop's scale multiplies (4 per weight
+        # word: tiles x k16 steps words per unit) are gone, 3 per scale word and unit left
+        # (s 2^20 and -8 s), and the bias subtractions.
         arch = "compute_90" + cfg.arch_suffix
-        ptx = {f: jit.compile_ptx(kernels.marlin_source(cfg, fma=f), arch) for f in (False, True)}
+        two_step = "#define MARLIN_WG_DEFER 0\n" if cfg.wg_defer else ""
+        ptx = {f: jit.compile_ptx((two_step if not f else "") + kernels.marlin_source(cfg, fma=f),
+                                  arch) for f in (False, True)}
         count = lambda op, f: len(re.findall(rf"\b{op}\b", ptx[f]))  # noqa: E731
         assert count(r"sub\.f16x2", True) == 0 < count(r"sub\.f16x2", False)
         assert count(r"mul\.f16x2", True) == 3 * (cfg.warp_cols // 16)
         k_sub = cfg.thread_k_blocks // cfg.k_warps
         assert count(r"mul\.f16x2", False) == 4 * (cfg.warp_cols // 16) * k_sub
+        if cfg.wg_defer:
+            # and the fused build has no fold either: no FP32 multiply-adds of the default
+            # build's FP32 group sums are left
+            default = jit.compile_ptx(kernels.marlin_source(cfg), arch)
+            fmas = lambda ptx: len(re.findall(r"\bfma\.rn\.f32\b", ptx))  # noqa: E731
+            assert fmas(ptx[True]) < fmas(default)
         with pytest.raises(ValueError, match="fma"):
             kernels.marlin_source(cfg, has_zp=True, fma=True)     # zero points: never
         return
@@ -523,7 +534,8 @@ def test_the_dispatch_takes_the_fused_scale_only_for_weights_and_configs_that_al
     assert ops.use_scale_fma(fused, False, True)
     assert not ops.use_scale_fma(fused, True, True)       # zero points
     assert not ops.use_scale_fma(fused, False, False)     # a scale at or above 2^-4
-    assert not ops.use_scale_fma(deferred, False, True)   # scales the FP32 sums instead
+    assert ops.use_scale_fma(deferred, False, True) == ops.fma_over_defer(deferred)
+    assert not ops.use_scale_fma(deferred, False, False)  # its two-step build: FP32 sums
     assert not ops.use_scale_fma(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
                                  False, True)             # mma.sync
     assert ops.use_scale_fma(fused.with_(column_ctas=1), False, True)   # a grid cap: the same
