@@ -423,9 +423,14 @@ def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
 
 def fma_over_defer(cfg: KernelConfig) -> bool:
     """For an instance whose two-step build scales FP32 sums (``KernelConfig.wg_defer``):
-    whether its fused build (the scale inside the unpacking, no fold) is the faster one.
-    (Measurement in progress: every such instance.)"""
-    return True
+    whether its fused build (the scale inside the unpacking, no fold) is the faster one. Per
+    group a compute thread's fold is one FFMA per accumulator, the fused unpacking two more
+    instructions per weight word than the unscaled one: the fold costs more where a thread
+    holds 64 accumulators per 16 words (swap_ab = 8, tiles of 64 rows), as much at 32 (4), less
+    at 16 (2). Measured (NOTES.md entry 88, all nine sets summed): -2.9..-3.0 % on the swap_ab
+    = 8 instances at M = 48, 64 and 192; +0.7 % on swap_ab = 4 at M = 32, +1.5 % on swap_ab = 2
+    at M = 16."""
+    return cfg.swap_ab >= 8
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False, scale_fma: bool | None = None):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.
