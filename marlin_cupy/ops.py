@@ -424,10 +424,10 @@ def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
 def fma_over_defer(cfg: KernelConfig) -> bool:
     """For an instance whose two-step build scales FP32 sums (``KernelConfig.wg_defer``):
     whether its fused build (the scale inside the unpacking, no fold) is the faster one. Per
-    group a compute thread's fold is one FFMA per accumulator, the fused unpacking two more
-    instructions per weight word than the unscaled one: the fold costs more where a thread
-    holds 64 accumulators per 16 words (swap_ab = 8, tiles of 64 rows), as much at 32 (4), less
-    at 16 (2). Measured (NOTES.md entry 88, all nine sets summed): -2.9..-3.0 % on the swap_ab
+    weight word a compute thread dequantizes in a unit of one group, the fold costs swap_ab / 2
+    FFMAs (one per accumulator) and the fused unpacking 2 instructions more than the unscaled
+    one: the fold costs more on tiles of 64 rows (swap_ab = 8), as much on 32 (4), less on 16
+    (2). Measured (NOTES.md entry 88, all nine sets summed): -2.8..-3.0 % on the swap_ab
     = 8 instances at M = 48, 64 and 192; +0.7 % on swap_ab = 4 at M = 32, +1.5 % on swap_ab = 2
     at M = 16."""
     return cfg.swap_ab >= 8
@@ -462,7 +462,8 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
 
     ``scale_fma``: the group scale inside the unpacking (one fp16 FMA per pair of weights instead
     of a bias subtraction and a scale multiply; 1.5-5 % faster from M = 128 on, NOTES.md entry
-    87), which the wgmma kernels of symmetric, grouped weights take when every scale lies below
+    87, and 1-4 % per model at M = 33..64, where it replaces the FP32 fold of 64-row tiles,
+    entry 88), which the wgmma kernels of symmetric, grouped weights take when every scale lies below
     2^-4 in magnitude (``mw.fma_scales``, checked when the weight was made). The outputs are
     bitwise those of the two-step unpacking. ``None`` (default): whenever the weight allows it;
     ``False``: never; ``True``: as ``None``, but a weight whose scales do not allow it is an

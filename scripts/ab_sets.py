@@ -17,6 +17,13 @@ A/B of a measurement build (no math, no memory waits: ``MARLIN_PROBE`` 1 and 16)
 whether removing that part alone would reach the target (NOTES.md entry 80). The record is
 another run than the A/B; the column compares changes, not times.
 
+``--forms`` (records of ``ab_probe.py --scale-fma``): also each M's dispatched rows summed by
+the form of their config's two-step build: the group scale on FP32 sums (``wg_defer``, split by
+``swap_ab``), on the weights with a fused build, or no fused build (A runs B's kernel: noise);
+and each set's sums with A counted only where today's dispatch takes the fused build
+(``ops.use_scale_fma``, B elsewhere) against A counted where entry 87's dispatch took it (the
+instances whose two-step build scales the weights): what the rule of entry 88 gains.
+
 ``--fp16 BENCH.json [BENCH.json ...]`` (benchmark records, custom shapes included) adds each
 side's summed speedup over the best FP16 GEMM of those records (the rows' ``baseline_us``,
 summed over the set's layers where every layer has one at that M): what A and B would show in
@@ -51,6 +58,56 @@ def set_sums(rows, sets):
             if all(hit):
                 out[(name, m)] = (sum(r["a_us"] for r in hit), sum(r["b_us"] for r in hit))
     return out
+
+
+def form(cfg) -> str:
+    """The class of a config's two-step build for ``--forms``."""
+    if cfg.wg_defer:
+        return f"FP32 fold, swap_ab = {cfg.swap_ab}"
+    return "weights scaled, fused build" if cfg.scale_fma_applies else "no fused build"
+
+
+def form_sums(rows) -> dict:
+    """{(m, form): (a_us, b_us, rows)} over the dispatched rows, each layer once."""
+    from marlin_cupy.config import KernelConfig
+    out, seen = {}, set()
+    for r in rows:
+        key = (r["k"], r["n"], r["m"])
+        if not r.get("dispatch") or "error" in r or key in seen:
+            continue
+        seen.add(key)
+        s = out.setdefault((r["m"], form(KernelConfig.from_name(r["config"]))), [0.0, 0.0, 0])
+        s[0] += r["a_us"]
+        s[1] += r["b_us"]
+        s[2] += 1
+    return out
+
+
+def rule_rows(rows) -> list:
+    """The rows as today's dispatch against entry 87's: A's time where today's dispatch takes
+    the fused build (``ops.use_scale_fma``), else B's; against A's time where entry 87 took it
+    (instances whose two-step build scales the weights, not ``wg_defer``), else B's."""
+    from marlin_cupy import ops
+    from marlin_cupy.config import KernelConfig
+    out = []
+    for r in rows:
+        if "error" in r:
+            continue
+        cfg = KernelConfig.from_name(r["config"])
+        now = ops.use_scale_fma(cfg, False, True)
+        before = cfg.scale_fma_applies and not cfg.wg_defer
+        out.append(dict(r, a_us=r["a_us"] if now else r["b_us"],
+                        b_us=r["a_us"] if before else r["b_us"]))
+    return out
+
+
+def render_forms(path, sums) -> str:
+    lines = [f"### `{path}`: by the form of the two-step build", "",
+             "| M | form | layers | B (µs) | A (µs) | A against B |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for (m, f), (a, b, n) in sorted(sums.items()):
+        lines.append(f"| {m} | {f} | {n} | {b:.1f} | {a:.1f} | {100 * (a / b - 1):+.1f} % |")
+    return "\n".join(lines) + "\n"
 
 
 def needs(bench: dict) -> dict:
@@ -133,6 +190,9 @@ def main(argv=None) -> int:
     p.add_argument("records", nargs="+")
     p.add_argument("--out")
     p.add_argument("--bench", help="a benchmark record: add what issue 5's target asks of B")
+    p.add_argument("--forms", action="store_true",
+                   help="scale_fma records: sums by the two-step build's form, and the "
+                        "shipped rule's sums per set")
     p.add_argument("--fp16", nargs="+", default=[], metavar="BENCH",
                    help="benchmark records: add A's and B's summed speedup over their FP16")
     a = p.parse_args(argv)
@@ -146,6 +206,17 @@ def main(argv=None) -> int:
         if not sums:
             p.error(f"{path}: no set has a dispatched row for each of its layers")
         parts.append(render(path, record, sums, need, fp16))
+        if a.forms:
+            if not record.get("scale_fma"):
+                p.error(f"{path}: --forms reads records of ab_probe.py --scale-fma")
+            parts.append(render_forms(path, form_sums(record["rows"])))
+            rule = set_sums(rule_rows(record["rows"]), ALL_SETS)
+            parts.append(render(path, dict(record, scale_fma=None,
+                                           define="the fused build where today's dispatch "
+                                                  "takes it (ops.use_scale_fma)",
+                                           base_define="the fused build where entry 87's "
+                                                       "took it (not wg_defer)"),
+                                rule, need, fp16))
     text = "\n".join(parts)
     print(text, end="")
     if a.out:

@@ -677,3 +677,30 @@ def test_graph_probe_markdown_speedups():
     # times in VARIANTS order, then fp16 graph / marlin graph, / marlin graph pdl, stream's
     assert cells[2:7] == ["80.0", "70.0", "50.0", "160.0", "150.0"]
     assert cells[7:10] == ["2.14", "3.00", "2.00"] and cells[10] == "True"
+
+
+def test_ab_sets_forms_split_by_the_two_step_build_and_apply_the_shipped_rule(tmp_path):
+    """--forms (records of ab_probe.py --scale-fma): each M's rows summed by the form of the
+    config's two-step build, and the shipped rule against entry 87's dispatch: A counted where
+    ops.use_scale_fma takes the fused build now, against A where entry 87 took it."""
+    from marlin_cupy import ops
+    from marlin_cupy.config import KernelConfig
+    sw8 = "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"         # fold -> fused (entry 88)
+    sw4 = "t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"         # keeps the fold
+    sw16 = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"              # fused since entry 87
+    assert KernelConfig.from_name(sw8).wg_defer and KernelConfig.from_name(sw4).wg_defer
+    assert ops.use_scale_fma(KernelConfig.from_name(sw8), False, True)
+    assert not ops.use_scale_fma(KernelConfig.from_name(sw4), False, True)
+    layers = ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096))    # llama2-7b
+    cfg_of = dict(zip(layers, (sw8, sw4, sw16, sw8)))
+    rows = [dict(k=k, n=n, m=64, config=cfg_of[(k, n)], a_us=1.0, b_us=2.0, dispatch=True)
+            for k, n in layers]
+    text = _ab_sets_text(tmp_path, {"scale_fma": True, "rows": rows}, "--forms")
+    assert "| 64 | FP32 fold, swap_ab = 8 | 2 | 4.0 | 2.0 | -50.0 % |" in text
+    assert "| 64 | FP32 fold, swap_ab = 4 | 1 | 2.0 | 1.0 | -50.0 % |" in text
+    assert "| 64 | weights scaled, fused build | 1 | 2.0 | 1.0 | -50.0 % |" in text
+    # The rule: now fused on sw8 (A) and sw16 (A), the fold on sw4 (B) = 1 + 2 + 1 + 1 = 5;
+    # entry 87: fused on sw16 only = 2 + 2 + 1 + 2 = 7.
+    assert "| llama2-7b | 64 | 7.0 | 5.0 | -28.6 % |" in text
+    with pytest.raises(SystemExit):      # --forms reads --scale-fma records only
+        _ab_sets_text(tmp_path, {"define": "X=1", "rows": rows}, "--forms")
