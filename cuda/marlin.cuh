@@ -235,7 +235,10 @@ __device__ int marlin_early_off;
 // the large layers at M = 16 and 32 and -0.5..-3.7 % on the narrow sw8 warps at M = 64. 2: in
 // every wgmma instance whose units hold whole groups (A/B only: the 64-column swap_ab = 8 and
 // the swap_ab = 16 instances spill with a second set of 128 or 64 floats). Other sums (FP32
-// instead of FP16-rounded scaled weights): not bitwise equal to 0's.
+// instead of FP16-rounded scaled weights): not bitwise equal to 0's. The FMA build (the group
+// scale inside the unpacking, dequant_sym_fma) never defers: its scale costs no instruction of
+// its own, so the host takes it instead of the fold where the fold costs more (swap_ab = 8,
+// ops.fma_over_defer; NOTES.md entry 88).
 #ifndef MARLIN_WG_DEFER
 #define MARLIN_WG_DEFER 1
 #endif
