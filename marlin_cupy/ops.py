@@ -462,12 +462,14 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
 
     ``scale_fma``: the group scale inside the unpacking (one fp16 FMA per pair of weights instead
     of a bias subtraction and a scale multiply; 1.5-5 % faster from M = 128 on, NOTES.md entry
-    87, and 1-4 % per model at M = 33..64, where it replaces the FP32 fold of 64-row tiles,
-    entry 88), which the wgmma kernels of symmetric, grouped weights take when every scale lies below
-    2^-4 in magnitude (``mw.fma_scales``, checked when the weight was made). The outputs are
-    bitwise those of the two-step unpacking. ``None`` (default): whenever the weight allows it;
-    ``False``: never; ``True``: as ``None``, but a weight whose scales do not allow it is an
-    error instead of the two-step form.
+    87, and 0.6-3.7 % per model at M = 33..64, where it replaces the FP32 fold of 64-row tiles,
+    entry 88), which the wgmma kernels of symmetric, grouped weights take when every scale lies
+    below 2^-4 in magnitude (``mw.fma_scales``, checked when the weight was made). The outputs
+    are bitwise those of the two-step unpacking (weights scaled in fp16). ``None`` (default):
+    whenever the weight allows it and the instance gains (``use_scale_fma``); ``False``: never,
+    each instance's own build instead, which on the instances that scale FP32 sums
+    (``KernelConfig.wg_defer``) rounds differently; ``True``: as ``None``, but a weight whose
+    scales do not allow it is an error instead of the two-step form.
     """
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")

@@ -537,7 +537,8 @@ def test_the_dispatch_takes_the_fused_scale_only_for_weights_and_configs_that_al
     # WG_DEFER's instances: the fused build (no fold) on 64-row tiles, the fold on narrower
     assert deferred.wg_defer and ops.use_scale_fma(deferred, False, True)
     assert not ops.use_scale_fma(deferred, False, False)  # its two-step build: FP32 sums
-    for name in ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws", "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"):
+    for name in ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws",
+                 "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"):
         narrow = KernelConfig.from_name(name)
         assert narrow.wg_defer and narrow.scale_fma_applies
         assert not ops.use_scale_fma(narrow, False, True)
