@@ -238,7 +238,7 @@ __device__ int marlin_early_off;
 // instead of FP16-rounded scaled weights): not bitwise equal to 0's. The FMA build (the group
 // scale inside the unpacking, dequant_sym_fma) never defers: its scale costs no instruction of
 // its own, so the host takes it instead of the fold where the fold costs more (swap_ab = 8,
-// ops.fma_over_defer; NOTES.md entry 88).
+// KernelConfig.scale_fma_preferred; NOTES.md entry 88).
 #ifndef MARLIN_WG_DEFER
 #define MARLIN_WG_DEFER 1
 #endif

@@ -169,6 +169,18 @@ class KernelConfig:
         return self.wgmma and self.group_blocks > 0 and self.group_blocks >= self.thread_k_blocks
 
     @property
+    def scale_fma_preferred(self) -> bool:
+        """Whether the dispatch takes that build for weights that allow it (``ops.use_scale_fma``):
+        wherever the instance has one, except where its two-step build scales FP32 sums
+        (``wg_defer``) on tiles of 16 or 32 rows. Per weight word a compute thread dequantizes
+        in a unit of one group, the fold costs swap_ab / 2 FFMAs (one per accumulator) and the
+        fused unpacking 2 instructions more than the unscaled one: the fold costs more on tiles
+        of 64 rows (swap_ab = 8), as much on 32 (4), less on 16 (2). Measured (NOTES.md entry
+        88, all nine sets summed): -2.8..-3.0 % on the swap_ab = 8 instances at M = 48, 64 and
+        192; +0.7 % on swap_ab = 4 at M = 32, +1.5 % on swap_ab = 2 at M = 16."""
+        return self.scale_fma_applies and (not self.wg_defer or self.swap_ab >= 8)
+
+    @property
     def early_bottom_fits(self) -> bool:
         """Whether this instance's reduction can take the early bottom (the kernel's EARLY_ANY
         without the switch): FP32 partials, tiles below 32 rows, no producer, static stripes.

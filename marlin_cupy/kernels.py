@@ -108,8 +108,8 @@ def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True,
         cfg.validate()
         if fma and (has_zp or not cfg.scale_fma_applies):
             raise ValueError(f"{cfg.name}: the group scale inside the unpacking (fma) needs a "
-                             f"symmetric wgmma instance whose units hold one scale group and "
-                             f"that scales the weights (KernelConfig.scale_fma_applies)")
+                             f"symmetric wgmma instance whose units hold one scale group "
+                             f"(KernelConfig.scale_fma_applies)")
     cfg = cfg.compiled      # host-side fields (the grid's cap) do not reach the source
     return extra_defines() + _base_source() + "\n" + _wrapper(cfg, has_zp, fma)
 
@@ -122,8 +122,8 @@ def reload_sources():
 def warm_instantiated(workers: int = 8, configs=None) -> int:
     """Fill the kernel caches with ``configs`` (default: every dispatchable configuration, the
     instantiated table, the sm_90 heuristic's and the shipped tuned tables), sym and zero-point,
-    and the sym build with the group scale inside the unpacking where it applies, each for its
-    own target (sm_90a for wgmma configs)."""
+    and the sym build with the group scale inside the unpacking where the dispatch takes it
+    (``scale_fma_preferred``), each for its own target (sm_90a for wgmma configs)."""
     from .config import INSTANTIATED, SM90_INSTANTIATED, tuned_instances
     if configs is None:
         cfgs = list(dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
@@ -133,4 +133,4 @@ def warm_instantiated(workers: int = 8, configs=None) -> int:
     return jit.warm_cache([(marlin_source(c, zp), c.arch_suffix)
                            for c in cfgs for zp in (False, True)]
                           + [(marlin_source(c, fma=True), c.arch_suffix)
-                             for c in cfgs if c.scale_fma_applies], workers)
+                             for c in cfgs if c.scale_fma_preferred], workers)

@@ -415,22 +415,10 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
 def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
     """Whether a launch of ``cfg`` takes the build with the group scale inside the unpacking:
     symmetric weights whose scales all lie below ``config.FMA_SCALE_LIMIT`` (``fma_scales``),
-    on an instance that has that build (``KernelConfig.scale_fma_applies``), where it is the
-    faster form (``fma_over_defer``)."""
-    return (bool(fma_scales) and not has_zp and cfg.scale_fma_applies and
-            (not cfg.wg_defer or fma_over_defer(cfg)))
+    on an instance where the dispatch prefers that build (``KernelConfig.scale_fma_preferred``)."""
+    return bool(fma_scales) and not has_zp and cfg.scale_fma_preferred
 
 
-def fma_over_defer(cfg: KernelConfig) -> bool:
-    """For an instance whose two-step build scales FP32 sums (``KernelConfig.wg_defer``):
-    whether its fused build (the scale inside the unpacking, no fold) is the faster one. Per
-    weight word a compute thread dequantizes in a unit of one group, the fold costs swap_ab / 2
-    FFMAs (one per accumulator) and the fused unpacking 2 instructions more than the unscaled
-    one: the fold costs more on tiles of 64 rows (swap_ab = 8), as much on 32 (4), less on 16
-    (2). Measured (NOTES.md entry 88, all nine sets summed): -2.8..-3.0 % on the swap_ab
-    = 8 instances at M = 48, 64 and 192; +0.7 % on swap_ab = 4 at M = 32, +1.5 % on swap_ab = 2
-    at M = 16."""
-    return cfg.swap_ab >= 8
 def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, stream=None,
            max_ctas: int | None = None, pdl: bool = False, scale_fma: bool | None = None):
     """``y = x @ W`` for fp16 ``x [..., K]`` and a Marlin-packed 4-bit weight ``W [K, N]``.

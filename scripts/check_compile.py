@@ -140,16 +140,16 @@ def config_targets():
         for arch, cfgs in tables.items() if int(arch[3:]) >= 90
         for cfg in cfgs for zp in (False, True)]
     # The build with the group scale inside the unpacking (symmetric weights whose scales lie
-    # below 2^-4; NOTES.md entry 87) of every dispatchable wgmma config that has one, and of
-    # the tables' configs in the pdl=True build.
+    # below 2^-4; NOTES.md entries 87-88) of every dispatchable wgmma config whose fused build
+    # the dispatch takes (scale_fma_preferred), and of the tables' configs in the pdl=True build.
     dispatchable = dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
                                  + [c for cs in tables.values() for c in cs])
     fma = [target(cfg, False, ("sm_90a",), tag="_fma", fma=True) for cfg in dispatchable
-           if cfg.scale_fma_applies]
+           if cfg.scale_fma_preferred]
     if PDL_PREFIX is not None:
         fma += [target(cfg, False, (arch + cfg.arch_suffix,), PDL_PREFIX, "_fma_pdl", fma=True)
                 for arch, cfgs in tables.items() if int(arch[3:]) >= 90
-                for cfg in cfgs if cfg.scale_fma_applies]
+                for cfg in cfgs if cfg.scale_fma_preferred]
     return targets + tuned + sm90 + wg + par + pdl + fma, (
         f"{len(INSTANTIATED)} instantiated configuration(s), {len(tuned) // 2} from tuned tables, "
         f"{len(sm90) // 2} more of the sm_90 heuristic, "

@@ -540,7 +540,7 @@ def test_the_dispatch_takes_the_fused_scale_only_for_weights_and_configs_that_al
     for name in ("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws",
                  "t256_m1_n32_k8_s4_g8_fp32_sw2_wg_ws"):
         narrow = KernelConfig.from_name(name)
-        assert narrow.wg_defer and narrow.scale_fma_applies
+        assert narrow.wg_defer and narrow.scale_fma_applies and not narrow.scale_fma_preferred
         assert not ops.use_scale_fma(narrow, False, True)
     assert not ops.use_scale_fma(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
                                  False, True)             # mma.sync
