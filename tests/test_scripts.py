@@ -704,3 +704,21 @@ def test_ab_sets_forms_split_by_the_two_step_build_and_apply_the_shipped_rule(tm
     assert "| llama2-7b | 64 | 7.0 | 5.0 | -28.6 % |" in text
     with pytest.raises(SystemExit):      # --forms reads --scale-fma records only
         _ab_sets_text(tmp_path, {"define": "X=1", "rows": rows}, "--forms")
+
+
+def test_h200_records_stages(tmp_path):
+    """h200_records.sh refuses an unknown stage before running anything, and check-kernel and
+    check-rest split the GPU test files between them (the kernel file exists, so check-kernel's
+    pytest argument names a real file, and check-rest ignores exactly it)."""
+    script = ROOT / "scripts" / "h200_records.sh"
+    res = subprocess.run(["bash", str(script), str(tmp_path / "out"), "0" * 40, "bogus"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "unknown stage 'bogus'" in res.stderr
+    assert not (tmp_path / "out" / "logs_bogus.tgz").exists()
+    text = script.read_text()
+    for stage in ("check-kernel", "check-rest"):
+        assert f"[ \"$WHAT\" = {stage} ]" in text
+    assert "PYTEST_ARGS=tests/test_kernel_gpu.py" in text
+    assert "PYTEST_ARGS=--ignore=tests/test_kernel_gpu.py" in text
+    assert (ROOT / "tests" / "test_kernel_gpu.py").is_file()
