@@ -161,8 +161,8 @@ class MarlinWeight:
     87). Computed from ``scales`` whenever a ``MarlinWeight`` is made (``dataclasses.replace``
     included; one reduction, a device sync for CuPy arrays). The arrays are not to be changed
     in place afterwards (make a new ``MarlinWeight`` instead): a scale raised past the limit
-    would make those kernels return inf or NaN (s 2^20 overflows fp16). ``matmul(..., scale_fma=False)`` never
-    takes the fused form.
+    would make those kernels return inf or NaN (s 2^20 overflows fp16).
+    ``matmul(..., scale_fma=False)`` never takes the fused form.
     """
 
     qweight: object

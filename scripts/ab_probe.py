@@ -57,9 +57,10 @@ the same bits. The A build may spill where T leaves too few registers per thread
 NOTES.md entry 87), B ``scale_fma=False`` (the two-step unpacking), the same config and plain
 builds; the outputs must be the same bits, except where B scales FP32 sums instead
 (``KernelConfig.wg_defer``, entry 88: relative difference at most 2e-3 of B's norm). Configs
-without that build run the same kernel twice (a control for the noise). Other A/Bs build A in the form the weights take by default
-(``ops.use_scale_fma``: the harness's scales lie below 2^-4, so the sym wgmma configs that
-have the fused form take it), so that A and B differ only by the switch.
+without that build run the same kernel twice (a control for the noise). Other A/Bs build A
+in the form the weights take by default (``ops.use_scale_fma``: the harness's scales lie below
+2^-4, so the sym wgmma configs that have the fused form take it), so that A and B differ only
+by the switch.
 ``--variant dyn=Q``: A is each config with units handed out at run time in chunks of Q units
 (``dyn_chunk=Q``, and ``parallel_reduce``, which it needs; NOTES.md entry 53). Its partials are
 cut and summed differently from B's, so the outputs are compared by their relative difference

@@ -30,11 +30,12 @@ export MARLIN_GIT_COMMIT="$2" PYTHONPATH=. PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WORK="$(mktemp -d)"
 status=0
+# The split stages put their file selection in front of the caller's own PYTEST_ARGS.
 if [ "$WHAT" = check-kernel ]; then
     # The kernel tests only; the sanitizer goes with check-rest.
-    export PYTEST_ARGS=tests/test_kernel_gpu.py SKIP_SANITIZER=1
+    export PYTEST_ARGS="tests/test_kernel_gpu.py ${PYTEST_ARGS:-}" SKIP_SANITIZER=1
 elif [ "$WHAT" = check-rest ]; then
-    export PYTEST_ARGS=--ignore=tests/test_kernel_gpu.py
+    export PYTEST_ARGS="--ignore=tests/test_kernel_gpu.py ${PYTEST_ARGS:-}"
 fi
 if [ "$WHAT" != bench ]; then
     SKIP_BENCH=1 bash scripts/device_check.sh "$WORK/device_check" > "$WORK/device_check.log" 2>&1 || status=1

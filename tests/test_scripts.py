@@ -707,18 +707,32 @@ def test_ab_sets_forms_split_by_the_two_step_build_and_apply_the_shipped_rule(tm
 
 
 def test_h200_records_stages(tmp_path):
-    """h200_records.sh refuses an unknown stage before running anything, and check-kernel and
-    check-rest split the GPU test files between them (the kernel file exists, so check-kernel's
-    pytest argument names a real file, and check-rest ignores exactly it)."""
+    """h200_records.sh refuses an unknown stage before running anything; check-kernel and
+    check-rest hand device_check.sh the two halves of the GPU test files (the kernel file, and
+    everything but it), the caller's PYTEST_ARGS after them, and check-kernel leaves the
+    sanitizer to check-rest. Run on a copy of the script beside a stub device_check.sh."""
     script = ROOT / "scripts" / "h200_records.sh"
+    assert (ROOT / "tests" / "test_kernel_gpu.py").is_file()
     res = subprocess.run(["bash", str(script), str(tmp_path / "out"), "0" * 40, "bogus"],
                          capture_output=True, text=True)
     assert res.returncode == 2
     assert "unknown stage 'bogus'" in res.stderr
-    assert not (tmp_path / "out" / "logs_bogus.tgz").exists()
-    text = script.read_text()
-    for stage in ("check-kernel", "check-rest"):
-        assert f"[ \"$WHAT\" = {stage} ]" in text
-    assert "PYTEST_ARGS=tests/test_kernel_gpu.py" in text
-    assert "PYTEST_ARGS=--ignore=tests/test_kernel_gpu.py" in text
-    assert (ROOT / "tests" / "test_kernel_gpu.py").is_file()
+    assert not (tmp_path / "out").exists()
+    tree = tmp_path / "tree" / "scripts"
+    tree.mkdir(parents=True)
+    (tree / "h200_records.sh").write_text(script.read_text())
+    (tree / "device_check.sh").write_text(
+        'mkdir -p "$1"; echo "${PYTEST_ARGS:-}|${SKIP_SANITIZER:-}" > "$1/device_check.md"\n'
+        'echo "{}" > "$1/device_check.json"\n')
+    seen = {}
+    for stage in ("check-kernel", "check-rest", "check"):
+        out = tmp_path / stage
+        env = dict(os.environ, PYTEST_ARGS="-x")
+        env.pop("SKIP_SANITIZER", None)
+        res = subprocess.run(["bash", str(tree / "h200_records.sh"), str(out), "0" * 40, stage],
+                             capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        seen[stage] = (out / "device_check.md").read_text().strip()
+    assert seen == {"check-kernel": "tests/test_kernel_gpu.py -x|1",
+                    "check-rest": "--ignore=tests/test_kernel_gpu.py -x|",
+                    "check": "-x|"}
