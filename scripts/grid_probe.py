@@ -13,6 +13,11 @@ slabs (``whole``: every CTA's stripe is whole columns, so none is shared) and at
 weights rotated past the L2, median), each candidate timed twice with the candidates
 interleaved; outputs are compared with the default's by their relative difference (at most
 2e-3 of its norm; exit status 1 otherwise). Writes OUT.json and prints the best per case.
+
+``--configs A,B`` adds configs by name to every case they fit (``config.fit_tuned``, group
+size adjusted; a swapped one only where M is within its rows), ``--only-default`` leaves out
+the heuristics' candidates (the dispatch's config and ``--configs`` only), and ``--grids
+full`` times the full grid alone (NOTES.md entry 90: tiles the tuner never measures).
 """
 from __future__ import annotations
 
@@ -36,12 +41,21 @@ from marlin_cupy.bench.shapes import set_shapes  # noqa: E402
 from marlin_cupy.records import environment  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int, g: int):
+def candidates(m: int, n: int, k: int, g: int, extra=(), only_default: bool = False):
     """Distinct configs that fit the layer: the dispatch's, the sm_90 heuristic's bucket, the
-    generic heuristic's."""
+    generic heuristic's, and the ``extra`` config names that fit (first the dispatch's and
+    the extras alone with ``only_default``)."""
     gb = config.group_blocks_for(g, k)
     # uncapped (the dispatch's own cap, column_ctas, is one of the grids timed below)
-    out = [ops.plan(m, n, k, g).config.compiled, *config.sm90_candidates(m, n, k, g)]
+    out = [ops.plan(m, n, k, g).config.compiled]
+    for name in extra:
+        cfg = config.fit_tuned(config.KernelConfig.from_name(name).with_(group_blocks=gb),
+                               m, n, k)
+        if cfg is not None:
+            out.append(cfg)
+    if only_default:
+        return list(dict.fromkeys(out))
+    out += config.sm90_candidates(m, n, k, g)
     out.append(config.choose_config(m, n, k, g))        # no table, no cc: the generic one
     # and a narrow unswapped tile (64 wide), many columns for whole-column grids
     narrow = config.fit_tuned(config.KernelConfig.from_name("t128_m4_n4_k8_s4_g8_fp32par")
@@ -57,7 +71,14 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default="qwen2.5-0.5b")
     p.add_argument("--m", default="1,16,64,128,256")
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--configs", default="", help="comma-separated config names to add")
+    p.add_argument("--only-default", action="store_true",
+                   help="no heuristic candidates: the dispatch's config and --configs only")
+    p.add_argument("--grids", default="full,whole,half",
+                   help="which grids to time: full, whole, half (comma-separated)")
     a = p.parse_args(argv)
+    extra = [c for c in a.configs.split(",") if c]
+    grids = set(a.grids.split(","))
     ms = [int(v) for v in a.m.split(",")]
     g = a.group_size
     rng = np.random.default_rng(0)
@@ -67,12 +88,12 @@ def main(argv=None) -> int:
         for k, n, m, x, mws in layer_cases(set_shapes(a.sets), ms, g, rng):
             ref = mc.matmul(x, mws[0])
             cands = []
-            for cfg in candidates(m, n, k, g):
+            for cfg in candidates(m, n, k, g, extra, a.only_default):
                 full = ops.plan(m, n, k, g, config=cfg)
                 whole = (n // cfg.tile_n) * full.parallel
-                caps = {"full": None}
+                caps = {"full": None} if "full" in grids else {}
                 for label, cap in (("whole", whole), ("half", 2 * whole)):
-                    if cap < full.grid:
+                    if label in grids and cap < full.grid:
                         caps[label] = cap
                 for label, cap in caps.items():
                     cands.append((cfg, label, cap))
