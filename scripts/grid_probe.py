@@ -17,7 +17,8 @@ interleaved; outputs are compared with the default's by their relative differenc
 ``--configs A,B`` adds configs by name to every case they fit (``config.fit_tuned``, group
 size adjusted; a swapped one only where M is within its rows), ``--only-default`` leaves out
 the heuristics' candidates (the dispatch's config and ``--configs`` only), and ``--grids
-full`` times the full grid alone (NOTES.md entry 90: tiles the tuner never measures).
+full`` times the full grid alone, ``--grids full,c3,c4`` also grids capped at 3 and 4 CTAs per
+column (NOTES.md entry 90: tiles and grid caps the tuner never measures).
 """
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
     p.add_argument("--only-default", action="store_true",
                    help="no heuristic candidates: the dispatch's config and --configs only")
     p.add_argument("--grids", default="full,whole,half",
-                   help="which grids to time: full, whole, half (comma-separated)")
+                   help="which grids to time: full, whole, half, or cN for N CTAs per "
+                        "column (comma-separated)")
     a = p.parse_args(argv)
     extra = [c for c in a.configs.split(",") if c]
     grids = set(a.grids.split(","))
@@ -92,7 +94,10 @@ def main(argv=None) -> int:
                 full = ops.plan(m, n, k, g, config=cfg)
                 whole = (n // cfg.tile_n) * full.parallel
                 caps = {"full": None} if "full" in grids else {}
-                for label, cap in (("whole", whole), ("half", 2 * whole)):
+                capped = [("whole", whole), ("half", 2 * whole)]
+                capped += [(g, int(g[1:]) * whole) for g in sorted(grids)
+                           if g[:1] == "c" and g[1:].isdigit()]
+                for label, cap in capped:
                     if label in grids and cap < full.grid:
                         caps[label] = cap
                 for label, cap in caps.items():
