@@ -66,6 +66,20 @@ def candidates(m: int, n: int, k: int, g: int, extra=(), only_default: bool = Fa
     return list(dict.fromkeys(out))
 
 
+def grid_caps(grids, whole: int, full: int) -> dict:
+    """{label: max_ctas} of the grids asked for (``--grids``) that a candidate gets: "full"
+    (None, the persistent grid), "whole" (``whole``, its tile columns times row slabs), "half"
+    (twice that) and "cN" (N times that), each only where it is below the ``full`` grid."""
+    caps = {"full": None} if "full" in grids else {}
+    capped = [("whole", whole), ("half", 2 * whole)]
+    capped += [(g, int(g[1:]) * whole) for g in sorted(grids, key=lambda g: (len(g), g))
+               if g[:1] == "c" and g[1:].isdigit() and int(g[1:]) > 0]
+    for label, cap in capped:
+        if label in grids and cap < full:
+            caps[label] = cap
+    return caps
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -93,13 +107,7 @@ def main(argv=None) -> int:
             for cfg in candidates(m, n, k, g, extra, a.only_default):
                 full = ops.plan(m, n, k, g, config=cfg)
                 whole = (n // cfg.tile_n) * full.parallel
-                caps = {"full": None} if "full" in grids else {}
-                capped = [("whole", whole), ("half", 2 * whole)]
-                capped += [(g, int(g[1:]) * whole) for g in sorted(grids)
-                           if g[:1] == "c" and g[1:].isdigit()]
-                for label, cap in capped:
-                    if label in grids and cap < full.grid:
-                        caps[label] = cap
+                caps = grid_caps(grids, whole, full.grid)
                 for label, cap in caps.items():
                     cands.append((cfg, label, cap))
             times = {i: [] for i in range(len(cands))}

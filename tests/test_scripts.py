@@ -736,3 +736,15 @@ def test_h200_records_stages(tmp_path):
     assert seen == {"check-kernel": "tests/test_kernel_gpu.py -x|1",
                     "check-rest": "--ignore=tests/test_kernel_gpu.py -x|",
                     "check": "-x|"}
+
+
+def test_grid_probe_caps_are_multiples_of_whole_columns_below_the_full_grid():
+    pytest.importorskip("cupy")
+    gp = _load("grid_probe")
+    # 32 tile columns x 1 slab on 132 CTAs: whole 32, half 64, c3 96, c4 128; c5 (160) is not
+    # below the full grid, so it is not a cap; an unknown label is ignored.
+    caps = gp.grid_caps({"full", "whole", "half", "c3", "c4", "c5", "cx"}, 32, 132)
+    assert caps == {"full": None, "whole": 32, "half": 64, "c3": 96, "c4": 128}
+    assert list(caps) == ["full", "whole", "half", "c3", "c4"]
+    assert gp.grid_caps({"c2"}, 48, 132) == {"c2": 96}      # without the full grid
+    assert gp.grid_caps({"full", "c1"}, 200, 132) == {"full": None}
