@@ -83,10 +83,12 @@ BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 128: 128, 192: 192, 256: 256, 
 #: alone cannot see. Above 256 rows a bucket is measured at its lower rows as well: winners
 #: at 512 or 1024 rows alone included grids capped at one or two CTAs per column (``_c1``,
 #: ``_c2``), which at fewer row slabs leave SMs idle (8-11 % slower at 384 rows, 16-26 % at
-#: 640), and the open bucket's lost 8 % at 2048 (NOTES.md entry 86). (Tables tuned before
+#: 640), and the open bucket's lost 8 % at 2048 (NOTES.md entry 86). The buckets 65..128 and
+#: 129..192 are measured at 96 and 160 as well: two winners at 128 rows alone ran 0.5-1.8 %
+#: slower at 96 than the entries they replaced (NOTES.md entry 91). (Tables tuned before
 #: hold fewer M there, their open bucket, then M > 192, measured at 256 rows;
 #: ``select_entries`` scores what was measured.)
-BUCKET_EXTRA_M = {8: (1,), 512: (384,), 1 << 30: (640, 2048)}
+BUCKET_EXTRA_M = {8: (1,), 128: (96,), 192: (160,), 512: (384,), 1 << 30: (640, 2048)}
 
 
 def bucket_ms(bucket: int) -> tuple:

@@ -42,6 +42,8 @@ class TestSelection:
         of the two does not compete; the entry names the M and the sum."""
         assert tune.bucket_ms(8) == (1, 8) and tune.bucket_ms(16) == (16,)
         assert tune.bucket_ms(256) == (256,) and tune.bucket_ms(512) == (384, 512)   # entry 86
+        assert tune.bucket_ms(128) == (96, 128) and tune.bucket_ms(192) == (160, 192)  # entry 91
+        assert tune.bucket_ms(64) == (64,)
         assert tune.bucket_ms(M_BUCKETS[-1]) == (640, 1024, 2048)   # the open bucket
         a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
         b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
