@@ -3,21 +3,23 @@ GPU and ``nvidia-smi``): is a layer at large M bound by the chip's power, and do
 spend more of it per FLOP than FP16 cuBLAS? (benchmarks/NOTES.md entry 87.)
 
     python3 scripts/power_probe.py OUT.json [--layers 8192x57344,4096x22016] [--m 1024,2048]
-                                   [--seconds 3] [--probe 8] [--reverse]
+                                   [--seconds 3] [--probe 8[,P...]] [--reverse]
 
-For every layer K x N and M, three runs in turn, each ``--seconds`` of back-to-back calls on one
-stream (one weight copy: at these M the layer is far from memory-bound):
+For every layer K x N and M, runs in turn, each ``--seconds`` of back-to-back calls on one
+stream (one weight copy: at large M the layer is far from memory-bound; at M <= 64 pick layers
+larger than the L2, NOTES.md entry 92):
 - ``marlin``: ``matmul`` with its default dispatch (the shipped table's config);
 - ``marlin-probeP``: the same config built with ``#define MARLIN_PROBE P`` (a measurement build
   whose output is garbage; 8 leaves out the dequantization's FP16 arithmetic, 6 the group
-  scale's HMUL2; ``--probe 0`` skips this run);
+  scale's HMUL2, 1 the math, 16 the stream; a comma-separated list runs each in turn;
+  ``--probe 0`` skips these runs);
 - ``cublas-fp16``: ``cupy.matmul`` on FP16 weights of the same distribution (codes less 8 times
   a column scale).
 Meanwhile ``nvidia-smi -lms 50`` samples the SM clock, the board power, the power limit and the
 active clock-event reasons; a sample counts if it arrived between 0.5 s after the run started
 and its end (host time of arrival). Per run: the time per call (events around the whole run),
 TFLOP/s, the median and range of the clock and power samples, and the reasons seen. A
-second of idle between runs lets the board cool a little; the order of the three is the same
+second of idle between runs lets the board cool a little; the order of the runs is the same
 for every case (``--reverse``: cuBLAS first), so a pair of runs in both orders says which
 kernel draws what on a warm chip, not the absolute steady state of a long job.
 """
@@ -129,13 +131,27 @@ def run_for(call, seconds, stream):
     return calls, cp.cuda.get_elapsed_time(start, end), t0, t1
 
 
+def probe_list(spec: str) -> list:
+    """``--probe``'s measurement builds, in the order given: "8" -> [8], "1,8,16" -> [1, 8, 16];
+    0 (alone or in the list) runs none."""
+    out = []
+    for v in spec.split(","):
+        n = int(v)
+        if n < 0:
+            raise ValueError(f"--probe takes MARLIN_PROBE numbers (0 for none), not {n}")
+        if n and n not in out:
+            out.append(n)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--layers", default="8192x57344,4096x22016")
     p.add_argument("--m", default="1024,2048")
     p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--probe", type=int, default=8)
+    p.add_argument("--probe", default="8",
+                   help="MARLIN_PROBE builds to run beside ours, comma-separated; 0: none")
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--reverse", action="store_true",
                    help="run the three in the opposite order (cuBLAS first): the board warms "
@@ -148,6 +164,7 @@ def main(argv=None) -> int:
     fields = smi_fields(exe)
     layers = [tuple(int(v) for v in s.split("x")) for s in a.layers.split(",")]
     ms = [int(v) for v in a.m.split(",")]
+    probes = probe_list(a.probe)
     rng = np.random.default_rng(0)
     sampler = Sampler(exe, fields)
     rows = []
@@ -168,12 +185,12 @@ def main(argv=None) -> int:
                     out = cp.empty((m, n), dtype=cp.float16)
                     cfg = ops.plan(m, n, k, a.group_size).config
                     runs = [("marlin", lambda: ops.matmul(x, mw, out=out), None)]
-                    if a.probe:
-                        # Built in the form the default dispatch takes for this weight.
-                        fma = ops.use_scale_fma(cfg, False, mw.fma_scales)
-                        kern = ops.build_kernel(cfg, False, prefix=f"#define MARLIN_PROBE {a.probe}\n",
+                    # Built in the form the default dispatch takes for this weight.
+                    fma = ops.use_scale_fma(cfg, False, mw.fma_scales)
+                    for probe in probes:
+                        kern = ops.build_kernel(cfg, False, prefix=f"#define MARLIN_PROBE {probe}\n",
                                                 fma=fma)
-                        runs.append((f"marlin-probe{a.probe}", lambda: ops.matmul(x, mw, out=out),
+                        runs.append((f"marlin-probe{probe}", lambda: ops.matmul(x, mw, out=out),
                                      kern))
                     runs.append(("cublas-fp16", lambda: cp.matmul(x, w16, out=out), None))
                     for name, call, kern in (runs[::-1] if a.reverse else runs):
@@ -203,8 +220,8 @@ def main(argv=None) -> int:
         sampler.stop()
     with open(a.out, "w") as f:
         json.dump({"kind": "power_probe", "fields": fields, "seconds": a.seconds,
-                   "order": "reversed" if a.reverse else "marlin, probe, cublas",
-                   "probe": a.probe, "group_size": a.group_size, "idle": idle,
+                   "order": "reversed" if a.reverse else "marlin, probes, cublas",
+                   "probe": probes, "group_size": a.group_size, "idle": idle,
                    "environment": environment(), "rows": rows}, f, indent=1)
     return 0
 

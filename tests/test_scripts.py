@@ -182,6 +182,17 @@ def test_sm_spread_separates_the_sms_own_part_from_the_launch():
     assert s["bound"] == [1.2, 1.2]
 
 
+def test_power_probe_takes_a_list_of_probe_builds():
+    """--probe: one build, several in the order given (each once), or none (0)."""
+    pp = _load("power_probe")
+    assert pp.probe_list("8") == [8]
+    assert pp.probe_list("1,8,16") == [1, 8, 16]
+    assert pp.probe_list("16,1,16") == [16, 1]
+    assert pp.probe_list("0") == [] and pp.probe_list("0,8") == [8]
+    with pytest.raises(ValueError):
+        pp.probe_list("-1")
+
+
 def test_l2_read_probe_keeps_the_slowest_cta():
     np = pytest.importorskip("numpy")
     lp = _load("l2_read_probe")
