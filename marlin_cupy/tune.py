@@ -14,6 +14,8 @@ Entries are keyed by N, K, group size and M bucket within a device's table. ``--
 tunes only those M buckets; with ``--merge TABLE`` the result is TABLE with just those buckets'
 measurements and entries replaced (for the tuned layers), e.g. to try new candidates at small M
 without a full run. A merged table should be ``--reselect``-ed again before it ships.
+``--tested TABLE`` (on a tune or with ``--reselect``) chooses every entry among the kernels whose
+GPU tests ran with TABLE shipped (``restrict_to_tested``), so a re-tune needs no new GPU test run.
 ``--prior N`` tunes a new model's layers (those the device's shipped table and user cache, or
 TABLE with ``--merge TABLE``, have not measured) on the candidates those measurements rank best
 per bucket, in a fraction of a full run's time.
@@ -448,6 +450,51 @@ def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
     return out
 
 
+def tested_kernels(table: dict) -> set:
+    """The kernels whose GPU tests ran at the commit that shipped ``table``: its entries', the
+    instantiated table's and the compute capability 9.0 heuristic's (``tests/test_kernel_gpu.py``
+    runs every one of them, ``DISPATCHABLE``), each as ``KernelConfig.compiled``, the build
+    without host-side launch fields. A grid cap (``_c1``, ``_c2``) is such a field: the same
+    kernel on fewer CTAs, whose caps the GPU tests check on their own (``TestColumnCtas``)."""
+    from .config import INSTANTIATED, SM90_INSTANTIATED
+    return ({KernelConfig.from_name(e["config"]).compiled for e in table.get("entries", [])}
+            | {c.compiled for c in (*INSTANTIATED, *SM90_INSTANTIATED)})
+
+
+def restrict_to_tested(table: dict, tested_table: dict, allowed=lambda cfg: True) -> list:
+    """Choose ``table``'s entries again from its stored measurements, only among the kernels
+    ``tested_kernels(tested_table)`` names (and ``allowed``; the stored keep-within incumbents
+    kept as ``select_entries`` keeps them): a re-tune that ships no kernel the GPU tests have not
+    run (NOTES.md entries 86 and 91). The table records it under ``restricted_to_tested``.
+    Returns the pairs whose entry differs from the choice without that restriction, as
+    ``(n, k, bucket, fastest untested config, chosen config)``. Raises ``ValueError`` where a
+    pair's measurements hold no tested kernel (its entry would be lost)."""
+    tested = tested_kernels(tested_table)
+    if not table.get("entries"):
+        raise ValueError("the table holds no entries to restrict")
+    group_size = table["entries"][0]["group_size"]
+    inc, keep = stored_incumbents(table)
+
+    def key(e):
+        return (e["n"], e["k"], e["m_bucket"])
+
+    free = {key(e): e for e in select_entries(table["measurements"], group_size, allowed,
+                                              inc, keep)}
+    kept = {key(e): e for e in select_entries(table["measurements"], group_size,
+                                              lambda c: c.compiled in tested and allowed(c),
+                                              inc, keep)}
+    lost = sorted(set(free) - set(kept))
+    if lost:
+        raise ValueError(f"no tested kernel was measured for (N, K, bucket) {lost}: re-tune "
+                         f"them with the incumbents measured, or test the new kernels")
+    changed = [(*k, free[k]["config"], kept[k]["config"]) for k in sorted(kept)
+               if free[k]["config"] != kept[k]["config"]]
+    table["entries"] = list(kept.values())
+    table["restricted_to_tested"] = {"tested_table_commit": tested_table.get("git_commit"),
+                                     "passed_over": [list(c) for c in changed]}
+    return changed
+
+
 def write_table(path: Path, table: dict) -> None:
     """Write a tuned table as JSON with one entry and one measurement per line (the shipped
     H200 table holds about 50,000 measurements: a fifth smaller than indented JSON, and a
@@ -803,6 +850,11 @@ def main(argv=None) -> int:
                         "all (NOTES.md entry 85)")
     p.add_argument("--prior-top", type=int, default=12, metavar="TOP",
                    help="with --prior: how many of the best-ranked configs overall (default 12)")
+    p.add_argument("--tested", metavar="TABLE",
+                   help="choose every entry only among the kernels whose GPU tests ran with "
+                        "TABLE shipped: its entries', the instantiated table's and the sm_90 "
+                        "heuristic's (a re-tune that needs no new GPU test run; with --reselect "
+                        "too; NOTES.md entry 91)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
                    help="with --merge: keep TABLE's config for a tuned pair where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "
@@ -827,6 +879,14 @@ def main(argv=None) -> int:
         p.error("--keep-within needs --merge (the incumbents are TABLE's entries)")
     if a.keep_within < 0:
         p.error("--keep-within is a percentage, at least 0")
+    tested_table = None
+    if a.tested:
+        try:
+            tested_table = json.loads(Path(a.tested).read_text())
+        except (OSError, ValueError) as e:
+            p.error(f"--tested: cannot read {a.tested}: {e}")
+        if not tested_table.get("entries"):
+            p.error(f"--tested: {a.tested} holds no entries")
     if a.reselect:
         path = Path(a.reselect)
         table = json.loads(path.read_text())
@@ -838,13 +898,20 @@ def main(argv=None) -> int:
             return verdict[cfg.name]
 
         incumbents, keep_within = stored_incumbents(table)
-        table["entries"] = select_entries(table["measurements"], table["entries"][0]["group_size"],
-                                          allowed, incumbents, keep_within)
+        if tested_table is not None:
+            changed = restrict_to_tested(table, tested_table, allowed)
+        else:
+            table["entries"] = select_entries(table["measurements"],
+                                              table["entries"][0]["group_size"],
+                                              allowed, incumbents, keep_within)
         table["reselected"] = {"arch": a.arch, "dropped_spilling": sorted(
             n for n, ok in verdict.items() if not ok)}
         write_table(path, table)
         print(f"{len(table['entries'])} entries; dropped spilling configs: "
               f"{table['reselected']['dropped_spilling']}")
+        if tested_table is not None:
+            print(f"--tested: {len(changed)} entr(y/ies) took a tested kernel over a faster "
+                  f"untested one: {changed}")
         return 0
     from .records import gpu_unavailable_reason
     reason = gpu_unavailable_reason()
@@ -897,6 +964,14 @@ def main(argv=None) -> int:
                  prior=(prior_table, a.prior, a.prior_top) if a.prior else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
+    if tested_table is not None:
+        try:
+            changed = restrict_to_tested(table, tested_table)
+        except ValueError as e:
+            print(f"marlin_cupy.tune: --tested: {e}", file=sys.stderr)
+            return 1
+        print(f"--tested: {len(changed)} entr(y/ies) took a tested kernel over a faster "
+              f"untested one: {changed}")
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     note = ""
     if not a.out and base is None:

@@ -391,6 +391,44 @@ class TestPartialRetune:
                  for e in json.loads(path.read_text())["entries"]}
         assert again == by
 
+    def test_restrict_to_tested_chooses_among_tested_kernels(self, tmp_path):
+        """--tested TABLE: every entry is chosen among the kernels the GPU tests ran with TABLE
+        shipped (its entries, the instantiated table, the sm_90 heuristic's); a grid cap is the
+        same kernel; the pairs that gave up a faster untested kernel are returned and recorded;
+        a pair with no tested kernel measured is an error, not a lost entry; --reselect takes
+        the option too (NOTES.md entry 91)."""
+        untested = KernelConfig(256, 1, 16, 8, 5, 8, True).name     # in no table or heuristic
+        tested = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        capped = KernelConfig.from_name(tested).with_(column_ctas=2).name
+        old = self._table("old", [{"n": 4096, "k": 4096, "m": 8, "config": tested,
+                                   "median_us": 10.0}])
+        assert KernelConfig.from_name(tested).compiled in tune.tested_kernels(old)
+        assert KernelConfig.from_name(untested).compiled not in tune.tested_kernels(old)
+        new = self._table("new", [
+            {"n": 8192, "k": 8192, "m": 8, "config": untested, "median_us": 19.0},
+            {"n": 8192, "k": 8192, "m": 8, "config": capped, "median_us": 19.5},
+            {"n": 8192, "k": 8192, "m": 8, "config": tested, "median_us": 20.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": tested, "median_us": 10.0},
+            {"n": 4096, "k": 4096, "m": 8, "config": untested, "median_us": 10.5}])
+        assert {(e["n"], e["config"]) for e in new["entries"]} == {(8192, untested),
+                                                                   (4096, tested)}
+        t = json.loads(json.dumps(new))
+        changed = tune.restrict_to_tested(t, old)
+        assert changed == [(8192, 8192, 8, untested, capped)]
+        assert {(e["n"], e["config"]) for e in t["entries"]} == {(8192, capped), (4096, tested)}
+        assert t["restricted_to_tested"]["passed_over"] == [[8192, 8192, 8, untested, capped]]
+        only_untested = self._table("bad", [{"n": 2048, "k": 2048, "m": 8, "config": untested,
+                                             "median_us": 5.0}])
+        with pytest.raises(ValueError, match="no tested kernel"):
+            tune.restrict_to_tested(only_untested, old)
+        path, tested_path = tmp_path / "t.json", tmp_path / "old.json"
+        path.write_text(json.dumps(new))
+        tested_path.write_text(json.dumps(old))
+        assert tune.main(["--reselect", str(path), "--arch", "sm_90",
+                          "--tested", str(tested_path)]) == 0
+        assert {(e["n"], e["config"]) for e in json.loads(path.read_text())["entries"]} == \
+            {(8192, capped), (4096, tested)}
+
     def test_keep_within_needs_merge(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--buckets", "8", "--keep-within", "1"])
