@@ -887,6 +887,17 @@ def main(argv=None) -> int:
             p.error(f"--tested: cannot read {a.tested}: {e}")
         if not tested_table.get("entries"):
             p.error(f"--tested: {a.tested} holds no entries")
+
+    def restricted(table, allowed=lambda cfg: True) -> bool:
+        """``restrict_to_tested`` on ``table`` in place, reported; False where it cannot."""
+        try:
+            changed = restrict_to_tested(table, tested_table, allowed)
+        except ValueError as e:
+            print(f"marlin_cupy.tune: --tested: {e}", file=sys.stderr)
+            return False
+        print(f"--tested: {len(changed)} entr(y/ies) took a tested kernel over a faster "
+              f"untested one: {changed}")
+        return True
     if a.reselect:
         path = Path(a.reselect)
         table = json.loads(path.read_text())
@@ -897,10 +908,11 @@ def main(argv=None) -> int:
                 verdict[cfg.name] = not spills(cfg, a.arch)
             return verdict[cfg.name]
 
-        incumbents, keep_within = stored_incumbents(table)
         if tested_table is not None:
-            changed = restrict_to_tested(table, tested_table, allowed)
+            if not restricted(table, allowed):
+                return 1
         else:
+            incumbents, keep_within = stored_incumbents(table)
             table["entries"] = select_entries(table["measurements"],
                                               table["entries"][0]["group_size"],
                                               allowed, incumbents, keep_within)
@@ -909,9 +921,6 @@ def main(argv=None) -> int:
         write_table(path, table)
         print(f"{len(table['entries'])} entries; dropped spilling configs: "
               f"{table['reselected']['dropped_spilling']}")
-        if tested_table is not None:
-            print(f"--tested: {len(changed)} entr(y/ies) took a tested kernel over a faster "
-                  f"untested one: {changed}")
         return 0
     from .records import gpu_unavailable_reason
     reason = gpu_unavailable_reason()
@@ -964,14 +973,8 @@ def main(argv=None) -> int:
                  prior=(prior_table, a.prior, a.prior_top) if a.prior else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
-    if tested_table is not None:
-        try:
-            changed = restrict_to_tested(table, tested_table)
-        except ValueError as e:
-            print(f"marlin_cupy.tune: --tested: {e}", file=sys.stderr)
-            return 1
-        print(f"--tested: {len(changed)} entr(y/ies) took a tested kernel over a faster "
-              f"untested one: {changed}")
+    if tested_table is not None and not restricted(table):
+        return 1
     out = Path(a.out) if a.out else cache_path(table["device_name"])
     note = ""
     if not a.out and base is None:

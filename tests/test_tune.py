@@ -428,6 +428,11 @@ class TestPartialRetune:
                           "--tested", str(tested_path)]) == 0
         assert {(e["n"], e["config"]) for e in json.loads(path.read_text())["entries"]} == \
             {(8192, capped), (4096, tested)}
+        bad_path = tmp_path / "bad.json"     # no tested kernel: exit 1, the file as it was
+        bad_path.write_text(json.dumps(only_untested))
+        assert tune.main(["--reselect", str(bad_path), "--arch", "sm_90",
+                          "--tested", str(tested_path)]) == 1
+        assert json.loads(bad_path.read_text()) == only_untested
 
     def test_keep_within_needs_merge(self, capsys):
         with pytest.raises(SystemExit):
