@@ -759,3 +759,57 @@ def test_grid_probe_caps_are_multiples_of_whole_columns_below_the_full_grid():
     assert list(caps) == ["full", "whole", "half", "c3", "c4"]
     assert gp.grid_caps({"c2"}, 48, 132) == {"c2": 96}      # without the full grid
     assert gp.grid_caps({"full", "c1"}, 200, 132) == {"full": None}
+
+
+def _power_record(order, rows, idle_w=80.0):
+    return {"kind": "power_probe", "order": order, "idle": {"power.draw": {"median": idle_w}},
+            "environment": {"git_commit": "abc", "date": "2026-12-02"},
+            "rows": [{"k": 8, "n": 16, "m": m, "run": run, "us_per_call": us,
+                      "clocks.sm": {"median": mhz}, "power.draw": {"median": w},
+                      "reasons": reasons}
+                     for m, run, us, mhz, w, reasons in rows]}
+
+
+def test_power_table_energy_and_parts():
+    """power_table: energy per call (power x time), the part above the idle board, and the
+    stream-only (probe 1) plus math-only (probe 16) builds' parts against ours."""
+    pt = _load("power_table")
+    rec = _power_record("marlin, probes, cublas", [
+        (1, "marlin", 100.0, 1800, 700.0, ["0x4"]),
+        (1, "marlin-probe1", 80.0, 1980, 580.0, ["0x0"]),
+        (1, "marlin-probe16", 50.0, 1980, 380.0, ["0x0"]),
+        (1, "cublas-fp16", 200.0, 1980, 600.0, ["0x0"]),
+        (16, "marlin", 120.0, 1700, 690.0, ["0x0", "0x4"]),
+        (16, "cublas-fp16", 210.0, 1980, 610.0, []),
+    ])
+    rows = pt.energy_rows(rec)
+    assert [(r["m"], r["run"]) for r in rows] == [
+        (1, "marlin"), (1, "marlin-probe1"), (1, "marlin-probe16"), (1, "cublas-fp16"),
+        (16, "marlin"), (16, "cublas-fp16")]
+    r0 = rows[0]
+    assert r0["mj"] == pytest.approx(100.0 * 700.0 / 1e3)
+    assert r0["mj_above_idle"] == pytest.approx(100.0 * 620.0 / 1e3)
+    assert r0["cap"] is True and rows[1]["cap"] is False and rows[4]["cap"] is True
+    parts = pt.parts(rec)
+    assert list(parts) == [(8, 16, 1)]           # M = 16 has no probe builds
+    p = parts[(8, 16, 1)]
+    assert p["ours"] == pytest.approx(62.0)
+    assert p["stream"] == pytest.approx(80.0 * 500.0 / 1e3)
+    assert p["math"] == pytest.approx(50.0 * 300.0 / 1e3)
+    assert p["sum"] == pytest.approx(p["stream"] + p["math"])
+
+
+def test_power_table_ranges_over_records():
+    """Two records (both orders) give one row per case with each figure's range."""
+    pt = _load("power_table")
+    a = _power_record("marlin, probes, cublas", [(1, "marlin", 100.0, 1800, 700.0, ["0x4"])])
+    b = _power_record("reversed", [(1, "marlin", 110.0, 1750, 690.0, ["0x4"])], idle_w=70.0)
+    md = pt.markdown([a, b])
+    line = [s for s in md.splitlines() if s.startswith("| 8x16, 1 | marlin |")]
+    assert len(line) == 1
+    assert "100.0-110.0" in line[0] and "1750-1800" in line[0] and "690-700" in line[0]
+    assert "cap" in line[0]
+    assert pt.fmt_range([3.0, 3.0], "{:.1f}") == "3.0"
+    # A record that is not the power probe's is refused.
+    with pytest.raises(ValueError):
+        pt.energy_rows({"kind": "bench", "rows": []})
