@@ -154,7 +154,7 @@ def main(argv=None) -> int:
                    help="MARLIN_PROBE builds to run beside ours, comma-separated; 0: none")
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--reverse", action="store_true",
-                   help="run the three in the opposite order (cuBLAS first): the board warms "
+                   help="run the case's runs in the opposite order (cuBLAS first): the board warms "
                         "over a case, so a second run in the other order separates the kernels "
                         "from their place in it")
     a = p.parse_args(argv)

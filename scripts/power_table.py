@@ -41,8 +41,8 @@ def _cap(reasons):
 
 
 def energy_rows(rec):
-    """One dict per run of the record, in its order: k, n, m, run, us, mhz, w, cap (bool),
-    cap_kind, mj (per call) and mj_above_idle."""
+    """One dict per run of the record, in its order: k, n, m, run, us, mhz, w, cap (``_cap``:
+    'always', 'at times' or None), mj (per call) and mj_above_idle."""
     if rec.get("kind") != "power_probe":
         raise ValueError(f"not a power_probe record (kind {rec.get('kind')!r})")
     idle = _median(rec.get("idle", {}), "power.draw")
@@ -51,8 +51,7 @@ def energy_rows(rec):
         us, w = r["us_per_call"], _median(r, "power.draw")
         cap = _cap(r.get("reasons"))
         out.append({"k": r["k"], "n": r["n"], "m": r["m"], "run": r["run"], "us": us,
-                    "mhz": _median(r, "clocks.sm"), "w": w, "cap": cap is not None,
-                    "cap_kind": cap,
+                    "mhz": _median(r, "clocks.sm"), "w": w, "cap": cap,
                     "mj": None if w is None else us * w / 1e3,
                     "mj_above_idle": None if w is None or idle is None else us * (w - idle) / 1e3})
     return out
@@ -98,7 +97,7 @@ def markdown(recs):
         for r in energy_rows(rec):
             cases.setdefault((r["k"], r["n"], r["m"], r["run"]), []).append(r)
     for (k, n, m, run), rs in cases.items():
-        kinds = {r["cap_kind"] for r in rs}
+        kinds = {r["cap"] for r in rs}
         cap = ("cap" if kinds == {"always"} else "" if kinds == {None} else "cap at times")
         lines.append(
             f"| {k}x{n}, {m} | {run} | {fmt_range([r['us'] for r in rs], '{:.1f}')} | "

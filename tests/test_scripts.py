@@ -789,7 +789,7 @@ def test_power_table_energy_and_parts():
     r0 = rows[0]
     assert r0["mj"] == pytest.approx(100.0 * 700.0 / 1e3)
     assert r0["mj_above_idle"] == pytest.approx(100.0 * 620.0 / 1e3)
-    assert r0["cap"] is True and rows[1]["cap"] is False and rows[4]["cap"] is True
+    assert r0["cap"] == "always" and rows[1]["cap"] is None and rows[4]["cap"] == "at times"
     parts = pt.parts(rec)
     assert list(parts) == [(8, 16, 1)]           # M = 16 has no probe builds
     p = parts[(8, 16, 1)]
