@@ -202,7 +202,7 @@ def test_l2_read_probe_keeps_the_slowest_cta():
 
 
 @pytest.mark.parametrize("name", ["wgmma_rate", "ss_probe", "l2_read_probe", "cluster_probe",
-                                  "path_probe", "tma_probe"])
+                                  "path_probe", "tma_probe", "dequant_rate"])
 def test_probe_kernels_compile_for_sm90a_without_spills(name):
     """The standalone probes' kernels (built from strings, so check_compile does not see them)
     compile through NVRTC for sm_90a with no local memory."""
@@ -216,6 +216,21 @@ def test_probe_kernels_compile_for_sm90a_without_spills(name):
     assert reports
     for r in reports:
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, r
+
+
+def test_dequant_rate_counts_the_flops_of_its_steps():
+    """A unit is 8 steps with two A buffers and 6 with three (a multiple of the buffers, so
+    the loop's buffer index is a constant); each step is J m64nNk16 wgmma per warpgroup."""
+    dr = _load("dequant_rate")
+    assert dr.steps_per_unit(1) == 8 and dr.steps_per_unit(2) == 6
+    for n, j, d, u, wgs in dr.VARIANTS:
+        assert dr.steps_per_unit(d) % (d + 1) == 0
+        assert n in (32, 64) and j in (2, 4) and u in dr.UNPACK_NAMES and 1 <= wgs <= 4
+        assert dr.smem_bytes(n, j, d) <= 227 * 1024
+    assert dr.flop(64, 2, 1, 10, 2, 132) == 2.0 * 64 * 64 * 16 * 2 * 8 * 10 * 2 * 132
+    assert dr.entry(64, 4, 2, 1) == "dequant_rate_n64_j4_d2_u1"
+    src = dr.source()
+    assert all(dr.entry(*v[:4]) in src for v in dr.VARIANTS)
 
 
 def test_ss_probe_packing_puts_k_in_order_after_the_dequantization():
