@@ -4,6 +4,7 @@ timing; ``--sass`` needs only nvcc and nvdisasm). NOTES.md entry 94.
 
     python3 scripts/dequant_rate.py OUT.json [--iters 2000]
     python3 scripts/dequant_rate.py --sass            # instructions per step of each variant
+    ncu ... python3 scripts/dequant_rate.py OUT.json --only dequant_rate_n64_j2_d1_u2 --wgs 2
 
 ``wgmma_rate.py`` times the tensor form with nothing beside it (928 TFLOP/s at N = 64). The
 kernel's M = 64 loop runs at 53-62 % of that, and its launches add a stream, a ring, barriers,
@@ -195,6 +196,8 @@ def main(argv=None) -> int:
     p.add_argument("out", nargs="?")
     p.add_argument("--iters", type=int, default=2000, help="units (8 or 6 steps) per warpgroup")
     p.add_argument("--sass", action="store_true", help="print instructions per step, no GPU")
+    p.add_argument("--only", default="", help="comma-separated entry names (for ncu)")
+    p.add_argument("--wgs", default="", help="comma-separated warpgroup counts to run")
     a = p.parse_args(argv)
     if a.sass:
         for k, v in sass_counts().items():
@@ -208,12 +211,18 @@ def main(argv=None) -> int:
     from marlin_cupy.records import environment
     mod = jit.load_module(source(), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    only = set(filter(None, a.only.split(",")))
+    wgs_list = {int(v) for v in a.wgs.split(",") if v}
     rows = []
     for n, j, d, u, max_wgs in VARIANTS:
+        if only and entry(n, j, d, u) not in only:
+            continue
         ker = mod.get_function(entry(n, j, d, u))
         smem = smem_bytes(n, j, d)
         ker.max_dynamic_shared_size_bytes = smem
         for wgs in range(1, max_wgs + 1):
+            if wgs_list and wgs not in wgs_list:
+                continue
             threads = 128 * wgs
             out = cp.empty(sms * threads, dtype=cp.float32)
             ker((sms,), (threads,), (out, np.int32(a.iters)), shared_mem=smem)   # warm-up
