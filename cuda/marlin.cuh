@@ -353,17 +353,6 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_PRODUCER_REGS
 #define MARLIN_WS_PRODUCER_REGS 56
 #endif
-// The producer's first fill by k16 step (benchmarks/NOTES.md entry 95; 0: off, the shipped
-// build). 1: in the wgmma builds with a producer, the CTA's first unit is copied step by step
-// (each step's activation chunks and its row of weights; the scales and zero points with step
-// 0), each step completing on an mbarrier of its own (`bar_step`, reserved in every producer
-// build), and the compute threads wait for each step of their first unit instead of the whole
-// unit: they start once the first step has landed, while the rest of the first fill streams in.
-// Entry 94: the first wait is 1.0-2.0 us per launch at M = 64 and follows the first fill's
-// bytes, not the ring's depth. Same sums, same order.
-#ifndef MARLIN_WS_STEP_FIRST
-#define MARLIN_WS_STEP_FIRST 0
-#endif
 // The producer builds: 1 splits the roles on the warp index broadcast from lane 0 (a branch the
 // compiler knows to be warp-uniform), 0 on threadIdx.x. Where no setmaxnreg follows the split
 // (128 compute threads), the threadIdx.x test costs the compute loop its uniform descriptors:
@@ -417,7 +406,6 @@ using FragB = Vec<half2, 2>;     // one k16 x n8 B fragment
 using FragC = Vec<float, 4>;     // one m16 x n8 accumulator
 
 // The type A if C, else B (NVRTC has no <type_traits>).
-template <bool B> struct BoolTag { static constexpr bool value = B; };
 template <bool C, typename A, typename B> struct Pick { using type = A; };
 template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
 
@@ -1142,17 +1130,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr int RED = RED_SLOTS * N_WARPS * M_WARPS * RED_WARP;
   // One mbarrier (8 bytes) per ring slot for MARLIN_BULK, reserved in every build so that
   // builds of one config with and without it take the same shared memory.
-  // With the producer, two per slot (full, then empty: STAGES of each), then one per k16 step of
-  // the first unit (MARLIN_WS_STEP_FIRST; reserved in every producer build, as above).
-  static constexpr int BARS = WS ? STAGES + (K_BLOCKS + 1) / 2 : (STAGES + 1) / 2;
+  // With the producer, two per slot (full, then empty: STAGES of each).
+  static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
   static constexpr bool DYN = DYN_Q > 0;
   static constexpr int RING = DYN ? 1 : 0;   // DYN: the ring of drawn chunks, 4 ints
   static constexpr int SMEM_INT4 =
       STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
-  // MARLIN_WS_STEP_FIRST: the first unit's fill by k16 step (one warp's K per step: K_WARPS 1).
-  static constexpr bool STEP_FIRST =
-      MARLIN_WS_STEP_FIRST != 0 && WS && WGMMA && K_WARPS == 1 && !BULK && !DYN;
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
   static constexpr int S_COPIES = PER_CHANNEL ? 0 : S_STAGE / S_ROW;
@@ -1456,51 +1440,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       if (tid < Z_STAGE)
         copy16<L2_ONLY>(sh_z + stage * Z_STAGE + tid,
                    Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
-    }
-  }
-
-  // MARLIN_WS_STEP_FIRST: the unit at `c` into slot 0, k16 step by step, the same chunks at the
-  // same places as fetch_to_shared: step s is chunks 2s and 2s + 1 of every activation row
-  // (what wgmma reads at step s, a_desc) and row s of the weights (b_off); the scales and zero
-  // points go with step 0. Each step ends with this thread's arrival on the step's barrier,
-  // which completes once every copy the thread issued so far has landed.
-  __device__ __forceinline__ void fetch_first_by_step(const Cursor& c) {
-    if constexpr (STEP_FIRST) {
-      const int rows_left = prob_m - c.slab * TILE_M;
-      const int a_gl_stride = prob_k / 8;
-      const int group0 = PER_CHANNEL ? 0 : (c.kt * K_BLOCKS) / GROUP_BLOCKS;
-      constexpr int A_STEP = 2 * TILE_M;   // chunks per step of A
-#pragma unroll
-      for (int st = 0; st < K_BLOCKS; st++) {
-#pragma unroll
-        for (int i = 0; i < (A_STEP + COPY_T - 1) / COPY_T; i++) {
-          const int idx = tid + i * COPY_T;
-          if (A_STEP % COPY_T == 0 || idx < A_STEP) {
-            const int r = idx / 2;
-            const int ch = 2 * st + idx % 2;
-            const bool valid = r < rows_left;
-            cp_async16_pred(sh_a + (ch / 8) * (TILE_M * 8) + r * 8 + ((ch % 8) ^ (r & 7)),
-                            valid ? c.a + r * a_gl_stride + ch : A, valid);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < (B_ROW + COPY_T - 1) / COPY_T; i++) {
-          const int j = tid + i * COPY_T;
-          if (B_ROW % COPY_T == 0 || j < B_ROW)
-            cp_async16(sh_b + st * B_ROW + j, c.b + st * (prob_n / 2) + j);
-        }
-        if (st == 0) {
-          if constexpr (!PER_CHANNEL) {
-            if (tid < S_STAGE)
-              cp_async16(sh_s + tid, S + group0 * (prob_n / 8) + c.n_tile * S_ROW + s_gl_off);
-          }
-          if constexpr (HAS_ZP) {
-            if (tid < Z_STAGE)
-              cp_async16(sh_z + tid, Z + group0 * (prob_n / 32) + c.n_tile * Z_ROW + z_gl_off);
-          }
-        }
-        cp_async_mbar_arrive_noinc(bar_step() + 8 * st);
-      }
     }
   }
 
@@ -2934,13 +2873,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       // wait for the first unit, then order its arrival before wgmma's async-proxy reads.
       stamp(1);
       stamp(2);
-      if constexpr (STEP_FIRST) {
-        // The first unit's steps are awaited one by one (run_wgmma); slot 0's `full` phase 0
-        // is not awaited (the next wait on it is round 1's, parity 1).
-        if (!MARLIN_NO_FILL) mbar_wait(bar_step(), 0u);
-      } else {
-        bulk_wait(0);
-      }
+      bulk_wait(0);
       if constexpr (WGMMA) fence_proxy_async_shared();
       return;
     }
@@ -3168,12 +3101,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     int stage = 0;
     int refill = STAGES - 1;
     bool tail = false;   // finish_column left the last column's output to staged_tail()
-    int unit = unit_start;
-    // One unit of the loop. FIRST (MARLIN_WS_STEP_FIRST only): the CTA's first unit, whose
-    // steps are awaited one by one; it is its own copy of the body, so that the loop's stays as
-    // it is without the switch.
-    auto unit_body = [&](auto first) {
-      constexpr bool FIRST = decltype(first)::value;
+    for (int unit = unit_start; unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
       const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
 #pragma unroll
@@ -3201,12 +3129,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
           // Across a column's end the registers wait until after the epilogue (pressure).
           if (!column_end) fetch_to_registers(regs[(sub + 1) % 2], next, 0);
         } else {
-          if constexpr (STEP_FIRST && FIRST && !MARLIN_NO_FILL) {
-            // The first unit: step sub + 1 lands (its weights are read here, its activations
-            // by wgmma through the async proxy at the next step).
-            mbar_wait(bar_step() + 8 * (sub + 1), 0u);
-            fence_proxy_async_shared();
-          }
           fetch_to_registers(regs[(sub + 1) % 2], stage, sub + 1);
         }
         // MARLIN_REFILL_LATE: the refill after this step's group is issued, before its wait.
@@ -3321,12 +3243,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       advance(compute);
       refill = stage;
       stage = next;
-    };
-    if constexpr (STEP_FIRST) {
-      unit_body(BoolTag<true>{});   // (unit_start < unit_end: CTAs without units have returned)
-      unit++;
     }
-    for (; unit < unit_end; unit++) unit_body(BoolTag<false>{});
     wgmma_wait<0>();
     if constexpr (!WS) cp_async_wait<0>();
     if constexpr (EPI_TAIL) {
@@ -3337,8 +3254,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 
   // WS: the `empty` barriers follow the STAGES `full` ones.
   __device__ __forceinline__ uint32_t bar_empty() const { return bar_full + 8 * STAGES; }
-  // WS: the first unit's step barriers (MARLIN_WS_STEP_FIRST) follow the `empty` ones.
-  __device__ __forceinline__ uint32_t bar_step() const { return bar_full + 16 * STAGES; }
 
   // WS: the producer warpgroup's loop (tid is 0..COPY_T - 1 here). It fills the ring in unit
   // order, slot 0, 1, .., STAGES - 1, 0, ..; a fill of slot s from the second round on first
@@ -3360,19 +3275,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #endif
     int slot = 0;
     uint32_t round = 0;
-    int unit = unit_start;
-    if constexpr (STEP_FIRST) {
-      // The first unit step by step into slot 0 (CTAs without units have returned), then its
-      // `full` arrival as for any fill: the ring's phases stay those of the loop below.
-      if (!MARLIN_NO_FILL) {
-        fetch_first_by_step(fetch);
-        cp_async_mbar_arrive_noinc(bar_full);
-        advance(fetch);
-        slot = 1;
-        unit++;
-      }
-    }
-    for (; unit < unit_end; unit++) {
+    for (int unit = unit_start; unit < unit_end; unit++) {
       if (MARLIN_NO_FILL) break;   // (probes 16-18) no fills
       if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       fetch_to_shared(fetch, slot);
@@ -3472,10 +3375,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
         // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
         mbar_init(k.bar_full + 8 * s, K::COPY_T + (K::BULK ? 1 : 0));
         mbar_init(k.bar_empty() + 8 * s, THREADS);
-      }
-      if constexpr (K::STEP_FIRST) {
-#pragma unroll
-        for (int s = 0; s < K_BLOCKS; s++) mbar_init(k.bar_step() + 8 * s, K::COPY_T);
       }
       // Bulk copies complete on these barriers through the async proxy.
       if constexpr (K::BULK) fence_proxy_async_shared();

@@ -308,10 +308,8 @@ class KernelConfig:
         else:
             frags = max((self.thread_m_blocks // self.m_warps) * 8, 4 * max(self.swap_ab, 1))
         red = (self.k_warps // 2) * self.n_warps * self.m_warps * frags * 32
-        # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty),
-        # and one per k16 step of the first unit (MARLIN_WS_STEP_FIRST, reserved in every
-        # producer build).
-        bars = (self.stages + (kb + 1) // 2) if self.producer else (self.stages + 1) // 2
+        # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty).
+        bars = self.stages if self.producer else (self.stages + 1) // 2
         ring = 1 if self.dyn_chunk else 0   # dyn_chunk: the ring of drawn chunks (4 ints)
         return 16 * (self.stages * (a + b + s + z) + red + bars + ring)
 

@@ -139,16 +139,13 @@ class TestNames:
         assert KernelConfig.from_name(cfg.name) == cfg
 
     def test_producer_geometry(self):
-        """The producer warpgroup adds 128 launched threads, an `empty` mbarrier per slot and one
-        per k16 step of the first unit (MARLIN_WS_STEP_FIRST's, reserved in every producer
-        build), and is refused where the kernel has no register plan for it."""
+        """The producer warpgroup adds 128 launched threads and an `empty` mbarrier per slot,
+        and is refused where the kernel has no register plan for it."""
         base = KernelConfig(thread_m_blocks=4, thread_k_blocks=8, swap_ab=8, wgmma=True)
         ws = base.with_(producer=True)
         assert ws.name == base.name + "_ws" and ws.launch_threads == 384
         assert base.launch_threads == 256
-        # 4 stages: 2 int4 of `full` and `empty` barriers against the plain build's 2 (BULK's,
-        # reserved), plus 8 k16 steps' barriers (4 int4).
-        assert ws.smem_bytes(False) - base.smem_bytes(False) == 16 * (4 - 2) + 16 * 4
+        assert ws.smem_bytes(False) - base.smem_bytes(False) == 16 * (4 - 2)
         assert ws.producer_registers == (168, 56, 224)
         assert ws.with_(threads=128, blocks_per_sm=2).producer_registers == (128, 56, 200)
         assert ws.with_(threads=128).producer_registers is None

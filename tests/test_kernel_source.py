@@ -89,11 +89,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PROBE=17", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=17", MMA_CFG),
      ("MARLIN_PROBE=18", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=18", MMA_CFG),
      # FP16 partials in the shared sum (entry 80; a measurement, it rounds)
-     ("MARLIN_COOP_HALF=1", WGMMA_CFG + "_ws"), ("MARLIN_COOP_HALF=1", WGMMA_CFG),
-     # the first unit's fill by k16 step (entry 95): 64-, 16- and 128-row producer tiles
-     ("MARLIN_WS_STEP_FIRST=1", WGMMA_CFG + "_ws"),
-     ("MARLIN_WS_STEP_FIRST=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
-     ("MARLIN_WS_STEP_FIRST=1", "t256_m8_n8_k8_s4_g8_fp32par_sw16_wg_ws")]
+     ("MARLIN_COOP_HALF=1", WGMMA_CFG + "_ws"), ("MARLIN_COOP_HALF=1", WGMMA_CFG)]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
