@@ -209,6 +209,7 @@ def main(argv=None) -> int:
     import numpy as np
     from marlin_cupy import jit
     from marlin_cupy.records import environment
+    from wgmma_rate import median_launch_us
     mod = jit.load_module(source(), arch_suffix="a")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     only = set(filter(None, a.only.split(",")))
@@ -225,16 +226,7 @@ def main(argv=None) -> int:
                 continue
             threads = 128 * wgs
             out = cp.empty(sms * threads, dtype=cp.float32)
-            ker((sms,), (threads,), (out, np.int32(a.iters)), shared_mem=smem)   # warm-up
-            times = []
-            for _ in range(5):
-                t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-                t0.record()
-                ker((sms,), (threads,), (out, np.int32(a.iters)), shared_mem=smem)
-                t1.record()
-                t1.synchronize()
-                times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
-            us = float(np.median(times))
+            us = median_launch_us(ker, sms, threads, (out, np.int32(a.iters)), smem)
             finite = bool(cp.isfinite(out).all())
             row = {"n": n, "j": j, "depth": d, "unpack": u, "unpack_name": UNPACK_NAMES[u],
                    "warpgroups_per_sm": wgs, "iters": a.iters,

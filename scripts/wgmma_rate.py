@@ -80,6 +80,22 @@ def source() -> str:
     return "".join(body)
 
 
+def median_launch_us(ker, blocks: int, threads: int, args: tuple, smem: int, reps: int = 5) -> float:
+    """Median CUDA-event time of ``reps`` launches of ``ker`` after one warm-up, in us."""
+    import cupy as cp
+    import numpy as np
+    ker((blocks,), (threads,), args, shared_mem=smem)   # warm-up
+    times = []
+    for _ in range(reps):
+        t0, t1 = cp.cuda.Event(), cp.cuda.Event()
+        t0.record()
+        ker((blocks,), (threads,), args, shared_mem=smem)
+        t1.record()
+        t1.synchronize()
+        times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
+    return float(np.median(times))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -99,16 +115,7 @@ def main(argv=None) -> int:
         for wgs in range(1, max_wgs + 1):
             threads = 128 * wgs
             out = cp.empty(sms * threads, dtype=cp.float32)
-            ker((sms,), (threads,), (out, np.int32(a.iters)), shared_mem=smem)   # warm-up
-            times = []
-            for _ in range(5):
-                t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-                t0.record()
-                ker((sms,), (threads,), (out, np.int32(a.iters)), shared_mem=smem)
-                t1.record()
-                t1.synchronize()
-                times.append(cp.cuda.get_elapsed_time(t0, t1) * 1e3)
-            us = float(np.median(times))
+            us = median_launch_us(ker, sms, threads, (out, np.int32(a.iters)), smem)
             flop = 2.0 * 64 * n * 16 * j * a.iters * wgs * sms
             row = {"n": n, "tiles_per_group": j, "warpgroups_per_sm": wgs, "iters": a.iters,
                    "median_us": us, "tflops": flop / us / 1e6}
