@@ -335,7 +335,8 @@ __device__ int marlin_early_off;
 // A measurement build, never correct by the memory model: 1 drops the wgmma loop's
 // fence.proxy.async before the unit's barrier (which orders the cp.async writes of A before
 // wgmma's reads of them, and compiles to MEMBAR.ALL.CTA): what that fence costs bounds what
-// copying A through the async proxy could gain (benchmarks/NOTES.md entry 41).
+// copying A through the async proxy could gain (benchmarks/NOTES.md entry 41). With a
+// producer, the same fence after each unit's `full` wait in the loop (entry 96).
 #ifndef MARLIN_NO_PROXY_FENCE
 #define MARLIN_NO_PROXY_FENCE 0
 #endif
@@ -3116,7 +3117,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             if (!WS_EARLY && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
             if (unit + 1 < unit_end) {
               bulk_wait(next);
-              fence_proxy_async_shared();
+              if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
             }
           } else {
             // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.

@@ -50,6 +50,12 @@ VARIANTS = tuple(
     + [(32, 2, 1, u, 4) for u in (0, 2)]
     + [(32, 4, 1, u, 2) for u in (0, 2)])
 
+#: The same step with the kernel's per-unit proxy fence (``fence.proxy.async``, which orders a
+#: ring slot's cp.async writes before wgmma's reads and compiles to MEMBAR.ALL.CTA) after the
+#: unit's last wait, as ``run_wgmma`` issues it (NOTES.md entry 96): (N, J, D, unpacking, most
+#: warpgroups).
+FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
+
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
 KERNELS = r'''
@@ -67,7 +73,7 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[J]) 
 
 // One warpgroup's loop: `iters` units of U steps. Step s unpacks its words into wa[s % (D + 1)],
 // issues J wgmma on them, then waits until D groups are pending, naming group s - D's buffer.
-template <int N, int J, int D, int UNPACK>
+template <int N, int J, int D, int UNPACK, bool FENCE = false>
 __device__ __forceinline__ void dq_loop(float* out, int iters) {
   constexpr int U = D == 1 ? 8 : 6;   // steps per unit: a multiple of the D + 1 buffers
   extern __shared__ __align__(1024) int4 smem[];
@@ -125,6 +131,9 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       for (int j = 0; j < J; j++) mc::wgmma_m64k16<N>(&acc[j][0], a[j], desc);
       mc::wgmma_commit();
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
+      if constexpr (FENCE) {
+        if (sub == U - 1) mc::fence_proxy_async_shared();   // as after run_wgmma's `full` wait
+      }
       if constexpr (UNPACK > 0) {
 #pragma unroll
         for (int j = 0; j < J; j++) cur[j] = nxt[j];
@@ -146,21 +155,23 @@ def steps_per_unit(d: int) -> int:
     return 8 if d == 1 else 6
 
 
-def entry(n: int, j: int, d: int, u: int) -> str:
-    return f"dequant_rate_n{n}_j{j}_d{d}_u{u}"
+def entry(n: int, j: int, d: int, u: int, fence: bool = False) -> str:
+    return f"dequant_rate_n{n}_j{j}_d{d}_u{u}" + ("_f" if fence else "")
 
 
 def smem_bytes(n: int, j: int, d: int) -> int:
     return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4
 
 
-def source(variants=VARIANTS) -> str:
+def source(variants=VARIANTS, fenced=FENCED) -> str:
     from marlin_cupy import kernels
     body = [kernels._base_source(), KERNELS]
-    for n, j, d, u, wgs in variants:
-        body.append(f'extern "C" __global__ void __launch_bounds__({128 * wgs}, 1)\n'
-                    f"{entry(n, j, d, u)}(float* out, int iters) "
-                    f"{{ dq_loop<{n}, {j}, {d}, {u}>(out, iters); }}\n")
+    for fence, vs in ((False, variants), (True, fenced)):
+        for n, j, d, u, wgs in vs:
+            body.append(f'extern "C" __global__ void __launch_bounds__({128 * wgs}, 1)\n'
+                        f"{entry(n, j, d, u, fence)}(float* out, int iters) "
+                        f"{{ dq_loop<{n}, {j}, {d}, {u}, {'true' if fence else 'false'}>"
+                        f"(out, iters); }}\n")
     return "".join(body)
 
 
@@ -177,7 +188,8 @@ def sass_counts() -> dict:
     for v in VARIANTS:
         n, j, d, u, _ = v
         with tempfile.TemporaryDirectory() as tmp:
-            loops = si.hot_loops(si.sass_lines(source([v]), "sm_90a", Path(tmp), labels=True))
+            loops = si.hot_loops(si.sass_lines(source([v], ()), "sm_90a", Path(tmp),
+                                               labels=True))
         if not loops:
             continue
         c = Counter(opcode(x).split(".")[0] for x in loops[0])
@@ -215,10 +227,11 @@ def main(argv=None) -> int:
     only = set(filter(None, a.only.split(",")))
     wgs_list = {int(v) for v in a.wgs.split(",") if v}
     rows = []
-    for n, j, d, u, max_wgs in VARIANTS:
-        if only and entry(n, j, d, u) not in only:
+    for fence, n, j, d, u, max_wgs in ([(False,) + v for v in VARIANTS]
+                                       + [(True,) + v for v in FENCED]):
+        if only and entry(n, j, d, u, fence) not in only:
             continue
-        ker = mod.get_function(entry(n, j, d, u))
+        ker = mod.get_function(entry(n, j, d, u, fence))
         smem = smem_bytes(n, j, d)
         ker.max_dynamic_shared_size_bytes = smem
         for wgs in range(1, max_wgs + 1):
@@ -229,12 +242,14 @@ def main(argv=None) -> int:
             us = median_launch_us(ker, sms, threads, (out, np.int32(a.iters)), smem)
             finite = bool(cp.isfinite(out).all())
             row = {"n": n, "j": j, "depth": d, "unpack": u, "unpack_name": UNPACK_NAMES[u],
+                   "unit_fence": fence,
                    "warpgroups_per_sm": wgs, "iters": a.iters,
                    "registers": int(ker.num_regs), "local_bytes": int(ker.local_size_bytes),
                    "median_us": us, "tflops": flop(n, j, d, a.iters, wgs, sms) / us / 1e6,
                    "finite": finite}
             rows.append(row)
-            print(f"m64n{n}k16 x {j}, depth {d}, unpack {UNPACK_NAMES[u]}, {wgs} warpgroup(s): "
+            print(f"m64n{n}k16 x {j}, depth {d}, unpack {UNPACK_NAMES[u]}"
+                  f"{', fence per unit' if fence else ''}, {wgs} warpgroup(s): "
                   f"{us:.0f} us, {row['tflops']:.0f} TFLOP/s ({row['registers']} registers)",
                   flush=True)
     with open(a.out, "w") as f:

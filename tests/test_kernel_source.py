@@ -89,7 +89,9 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_PROBE=17", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=17", MMA_CFG),
      ("MARLIN_PROBE=18", WGMMA_CFG + "_ws"), ("MARLIN_PROBE=18", MMA_CFG),
      # FP16 partials in the shared sum (entry 80; a measurement, it rounds)
-     ("MARLIN_COOP_HALF=1", WGMMA_CFG + "_ws"), ("MARLIN_COOP_HALF=1", WGMMA_CFG)]
+     ("MARLIN_COOP_HALF=1", WGMMA_CFG + "_ws"), ("MARLIN_COOP_HALF=1", WGMMA_CFG),
+     # no proxy fence after the producer's `full` wait either (entry 96; a measurement)
+     ("MARLIN_NO_PROXY_FENCE=1", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
