@@ -50,11 +50,14 @@ VARIANTS = tuple(
     + [(32, 2, 1, u, 4) for u in (0, 2)]
     + [(32, 4, 1, u, 2) for u in (0, 2)])
 
-#: The same step with the kernel's per-unit proxy fence (``fence.proxy.async``, which orders a
-#: ring slot's cp.async writes before wgmma's reads and compiles to MEMBAR.ALL.CTA) after the
-#: unit's last wait, as ``run_wgmma`` issues it (NOTES.md entry 96): (N, J, D, unpacking, most
-#: warpgroups).
+#: The same step with the kernel's per-unit synchronisation after the unit's last wait, as
+#: ``run_wgmma`` issues it (NOTES.md entry 96), by kind: 1 the proxy fence (``fence.proxy.async``,
+#: which orders a ring slot's cp.async writes before wgmma's reads and compiles to
+#: MEMBAR.ALL.CTA); 2 the ring's mbarrier operations alone (an arrive on an `empty`-like
+#: barrier that never completes, a wait on a `full`-like one whose phase has completed); 3
+#: both. Entries: (N, J, D, unpacking, most warpgroups); every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
+FENCE_KINDS = (1, 2, 3)
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
@@ -73,7 +76,7 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[J]) 
 
 // One warpgroup's loop: `iters` units of U steps. Step s unpacks its words into wa[s % (D + 1)],
 // issues J wgmma on them, then waits until D groups are pending, naming group s - D's buffer.
-template <int N, int J, int D, int UNPACK, bool FENCE = false>
+template <int N, int J, int D, int UNPACK, int FENCE = 0>
 __device__ __forceinline__ void dq_loop(float* out, int iters) {
   constexpr int U = D == 1 ? 8 : 6;   // steps per unit: a multiple of the D + 1 buffers
   extern __shared__ __align__(1024) int4 smem[];
@@ -86,8 +89,16 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
     wsm[i] = (uint32_t)i * 2654435761u;                          // any nibbles
   for (int i = threadIdx.x; i < 256; i += blockDim.x)
     ssm[i] = 0x20002000u + (uint32_t)(i & 7);                    // scales near 2^-7
+  // FENCE 2, 3: two mbarriers after the scales; `full` completes its phase 0 here, `empty`
+  // expects more arrivals than the loop makes (2^20 - 1), so neither ever blocks.
+  const uint32_t full_bar = mc::smem_addr(ssm + 256), empty_bar = full_bar + 8;
+  if (FENCE >= 2 && threadIdx.x == 0) {
+    mc::mbar_init(full_bar, 1);
+    mc::mbar_init(empty_bar, (1 << 20) - 1);
+  }
   mc::fence_proxy_async_shared();
   __syncthreads();
+  if (FENCE >= 2 && threadIdx.x == 0) mc::mbar_arrive(full_bar);
   const int wt = threadIdx.x % 128;
   const unsigned long long desc = mc::sw128_desc(mc::smem_addr(bsm));
   mc::FragA wa[D + 1][J] = {};
@@ -131,8 +142,14 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       for (int j = 0; j < J; j++) mc::wgmma_m64k16<N>(&acc[j][0], a[j], desc);
       mc::wgmma_commit();
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
-      if constexpr (FENCE) {
-        if (sub == U - 1) mc::fence_proxy_async_shared();   // as after run_wgmma's `full` wait
+      if constexpr (FENCE > 0) {
+        if (sub == U - 1) {   // as run_wgmma's last step of a unit
+          if constexpr (FENCE >= 2) {
+            mc::mbar_arrive(empty_bar);
+            mc::mbar_wait(full_bar, 0u);
+          }
+          if constexpr (FENCE != 2) mc::fence_proxy_async_shared();
+        }
       }
       if constexpr (UNPACK > 0) {
 #pragma unroll
@@ -155,23 +172,22 @@ def steps_per_unit(d: int) -> int:
     return 8 if d == 1 else 6
 
 
-def entry(n: int, j: int, d: int, u: int, fence: bool = False) -> str:
-    return f"dequant_rate_n{n}_j{j}_d{d}_u{u}" + ("_f" if fence else "")
+def entry(n: int, j: int, d: int, u: int, fence: int = 0) -> str:
+    return f"dequant_rate_n{n}_j{j}_d{d}_u{u}" + (f"_f{fence}" if fence else "")
 
 
 def smem_bytes(n: int, j: int, d: int) -> int:
-    return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4
+    return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4 + 16   # + FENCE's mbarriers
 
 
 def source(variants=VARIANTS, fenced=FENCED) -> str:
     from marlin_cupy import kernels
     body = [kernels._base_source(), KERNELS]
-    for fence, vs in ((False, variants), (True, fenced)):
+    for fence, vs in [(0, variants)] + [(f, fenced) for f in FENCE_KINDS]:
         for n, j, d, u, wgs in vs:
             body.append(f'extern "C" __global__ void __launch_bounds__({128 * wgs}, 1)\n'
                         f"{entry(n, j, d, u, fence)}(float* out, int iters) "
-                        f"{{ dq_loop<{n}, {j}, {d}, {u}, {'true' if fence else 'false'}>"
-                        f"(out, iters); }}\n")
+                        f"{{ dq_loop<{n}, {j}, {d}, {u}, {fence}>(out, iters); }}\n")
     return "".join(body)
 
 
@@ -227,8 +243,8 @@ def main(argv=None) -> int:
     only = set(filter(None, a.only.split(",")))
     wgs_list = {int(v) for v in a.wgs.split(",") if v}
     rows = []
-    for fence, n, j, d, u, max_wgs in ([(False,) + v for v in VARIANTS]
-                                       + [(True,) + v for v in FENCED]):
+    for fence, n, j, d, u, max_wgs in ([(0,) + v for v in VARIANTS]
+                                       + [(f,) + v for f in FENCE_KINDS for v in FENCED]):
         if only and entry(n, j, d, u, fence) not in only:
             continue
         ker = mod.get_function(entry(n, j, d, u, fence))
@@ -249,7 +265,7 @@ def main(argv=None) -> int:
                    "finite": finite}
             rows.append(row)
             print(f"m64n{n}k16 x {j}, depth {d}, unpack {UNPACK_NAMES[u]}"
-                  f"{', fence per unit' if fence else ''}, {wgs} warpgroup(s): "
+                  f"{f', per-unit sync {fence}' if fence else ''}, {wgs} warpgroup(s): "
                   f"{us:.0f} us, {row['tflops']:.0f} TFLOP/s ({row['registers']} registers)",
                   flush=True)
     with open(a.out, "w") as f:

@@ -229,10 +229,10 @@ def test_dequant_rate_counts_the_flops_of_its_steps():
         assert dr.smem_bytes(n, j, d) <= 227 * 1024
     assert dr.flop(64, 2, 1, 10, 2, 132) == 2.0 * 64 * 64 * 16 * 2 * 8 * 10 * 2 * 132
     assert dr.entry(64, 4, 2, 1) == "dequant_rate_n64_j4_d2_u1"
-    assert dr.entry(64, 2, 1, 2, True) == "dequant_rate_n64_j2_d1_u2_f"
+    assert dr.entry(64, 2, 1, 2, 3) == "dequant_rate_n64_j2_d1_u2_f3"
     src = dr.source()
     assert all(dr.entry(*v[:4]) in src for v in dr.VARIANTS)
-    assert all(dr.entry(*v[:4], True) in src for v in dr.FENCED)
+    assert all(dr.entry(*v[:4], f) in src for v in dr.FENCED for f in dr.FENCE_KINDS)
 
 
 def test_ss_probe_packing_puts_k_in_order_after_the_dequantization():
