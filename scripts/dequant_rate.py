@@ -55,14 +55,26 @@ VARIANTS = tuple(
 #: which orders a ring slot's cp.async writes before wgmma's reads and compiles to
 #: MEMBAR.ALL.CTA); 2 the ring's mbarrier operations alone (an arrive on an `empty`-like
 #: barrier that never completes, a wait on a `full`-like one whose phase has completed); 3
-#: both. Entries: (N, J, D, unpacking, most warpgroups); every kind is built for each.
+#: both; 4 the arrive alone (release, as ``mc::mbar_arrive``); 5 the wait alone (acquire, as
+#: ``mc::mbar_wait``); 6 both mbarrier operations with ``.relaxed`` semantics; 7 those and the
+#: fence. Entries: (N, J, D, unpacking, most warpgroups); every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
-FENCE_KINDS = (1, 2, 3)
+FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7)
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
 KERNELS = r'''
 using mc::uint32_t;
+__device__ __forceinline__ void mbar_arrive_relaxed(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.relaxed.cta.shared::cta.b64 st, [%0];\n}\n"
+               ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_relaxed(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred p;\nWAIT:\n"
+               " mbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
 template <int J> struct WordsOf;
 template <> struct WordsOf<2> { using T = uint2; };
 template <> struct WordsOf<4> { using T = uint4; };
@@ -144,11 +156,13 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
       if constexpr (FENCE > 0) {
         if (sub == U - 1) {   // as run_wgmma's last step of a unit
-          if constexpr (FENCE >= 2) {
-            mc::mbar_arrive(empty_bar);
-            mc::mbar_wait(full_bar, 0u);
+          if constexpr (FENCE == 2 || FENCE == 3 || FENCE == 4) mc::mbar_arrive(empty_bar);
+          if constexpr (FENCE == 2 || FENCE == 3 || FENCE == 5) mc::mbar_wait(full_bar, 0u);
+          if constexpr (FENCE == 6 || FENCE == 7) {
+            mbar_arrive_relaxed(empty_bar);
+            mbar_wait_relaxed(full_bar, 0u);
           }
-          if constexpr (FENCE != 2) mc::fence_proxy_async_shared();
+          if constexpr (FENCE == 1 || FENCE == 3 || FENCE == 7) mc::fence_proxy_async_shared();
         }
       }
       if constexpr (UNPACK > 0) {
