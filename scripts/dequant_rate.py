@@ -59,9 +59,11 @@ VARIANTS = tuple(
 #: ``mc::mbar_wait``); 6 both mbarrier operations with ``.relaxed`` semantics; 7 those and the
 #: fence; 8 the wait by lane 0 only, then ``__syncwarp``; 9 one ``mbarrier.test_wait`` (no
 #: loop, no branch; its predicate kept alive); 10 a named barrier of the CTA (``bar.sync 1``)
-#: instead. Entries: (N, J, D, unpacking, most warpgroups); every kind is built for each.
+#: instead; 11 a poll of a flag word in shared memory (``ld.volatile.shared``, set before the
+#: loop); 12 the same poll with ``ld.acquire.cta.shared``. Entries: (N, J, D, unpacking, most
+#: warpgroups); every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
-FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
@@ -178,6 +180,16 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
           }
           if constexpr (FENCE == 9) tested += mbar_test(full_bar, 0u);
           if constexpr (FENCE == 10) asm volatile("bar.sync 1, %0;" ::"r"(blockDim.x) : "memory");
+          if constexpr (FENCE == 11) {
+            while (*reinterpret_cast<volatile uint32_t*>(ssm + 255) == 0u) {}
+          }
+          if constexpr (FENCE == 12) {
+            uint32_t f;
+            do {
+              asm volatile("ld.acquire.cta.shared.b32 %0, [%1];" : "=r"(f)
+                           : "r"(mc::smem_addr(ssm + 255)) : "memory");
+            } while (f == 0u);
+          }
           if constexpr (FENCE == 1 || FENCE == 3 || FENCE == 7) mc::fence_proxy_async_shared();
         }
       }
