@@ -347,6 +347,17 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_RELEASE
 #define MARLIN_WS_RELEASE 1
 #endif
+// The producer builds' ring hand-off on the compute threads every other unit (benchmarks/NOTES.md
+// entry 97; 0: off, the shipped build). Every mbarrier instruction and proxy fence on the
+// compute warps' path drains their wgmma groups in flight (entry 96). 1: at units 0, 2, 4, ..
+// of the stripe the compute threads wait for the next two units' fills (one fence for both)
+// and release the two units before (at step 1, as MARLIN_WS_RELEASE 1); at the units between,
+// no mbarrier instruction or fence. Unit u + 2's slot held unit u - 1, released at step 1 of
+// unit u, before the wait at its end (the protocol is modelled in
+// tests/test_producer_protocol.py). Same sums, same order.
+#ifndef MARLIN_WS_PAIRS
+#define MARLIN_WS_PAIRS 0
+#endif
 // The producer warpgroup's registers per thread where it hands the rest to the compute threads
 // with setmaxnreg (a multiple of 8; the compute threads get what is left). At 40 the zero-point
 // builds of some sw16 tiles spill in the producer; 56 removes that (NOTES.md entries 47, 49).
@@ -1059,6 +1070,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr int K_SUB = K_BLOCKS / K_WARPS; // k16 steps per warp per stage
   // WS: where the compute threads release a slot (MARLIN_WS_RELEASE); step 1 needs two steps.
   static constexpr bool WS_EARLY = WS && MARLIN_WS_RELEASE == 1 && K_SUB >= 2;
+  // MARLIN_WS_PAIRS: the compute threads' hand-off every other unit (wgmma producer builds).
+  static constexpr bool WS_PAIRS = MARLIN_WS_PAIRS != 0 && WS_EARLY && WGMMA;
   static constexpr int TILE_M = 16 * M_BLOCKS;
   static constexpr int TILE_N = 16 * N_BLOCKS;
   static constexpr int TILE_K = 16 * K_BLOCKS;
@@ -3115,7 +3128,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             // producer's fill) and orders that fill's writes (generic proxy) before wgmma's
             // reads of it.
             if (!WS_EARLY && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
-            if (unit + 1 < unit_end) {
+            if constexpr (WS_PAIRS) {
+              // Units 0, 2, ..: the next two fills (the one after was awaited here already).
+              if ((unit - unit_start) % 2 == 0 && unit + 1 < unit_end) {
+                bulk_wait(next);
+                if (unit + 2 < unit_end) bulk_wait(next == STAGES - 1 ? 0 : next + 1);
+                if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
+              }
+            } else if (unit + 1 < unit_end) {
               bulk_wait(next);
               if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
             }
@@ -3207,7 +3227,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // WS_EARLY: the wait above left at most this unit's steps 0 and 1 pending, so every
         // group that read the previous unit's slot is complete (and its weights, read one step
         // ahead into registers, were read long before): the producer may refill the slot.
-        if constexpr (WS_EARLY) {
+        if constexpr (WS_PAIRS) {
+          // Units 2, 4, ..: the slots of the two units before (`refill` and the one before it).
+          if (sub == 1 && unit > unit_start && (unit - unit_start) % 2 == 0) {
+            mbar_arrive(bar_empty() + 8 * (refill == 0 ? STAGES - 1 : refill - 1));
+            mbar_arrive(bar_empty() + 8 * refill);
+          }
+        } else if constexpr (WS_EARLY) {
           if (sub == 1 && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
         }
       }

@@ -60,10 +60,11 @@ VARIANTS = tuple(
 #: fence; 8 the wait by lane 0 only, then ``__syncwarp``; 9 one ``mbarrier.test_wait`` (no
 #: loop, no branch; its predicate kept alive); 10 a named barrier of the CTA (``bar.sync 1``)
 #: instead; 11 a poll of a flag word in shared memory (``ld.volatile.shared``, set before the
-#: loop); 12 the same poll with ``ld.acquire.cta.shared``. Entries: (N, J, D, unpacking, most
-#: warpgroups); every kind is built for each.
+#: loop); 12 the same poll with ``ld.acquire.cta.shared``; 13 kind 3 every other unit (the
+#: kernel's ``MARLIN_WS_PAIRS``, entry 97). Entries: (N, J, D, unpacking, most warpgroups);
+#: every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
-FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
@@ -168,6 +169,13 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
       if constexpr (FENCE > 0) {
         if (sub == U - 1) {   // as run_wgmma's last step of a unit
+          if constexpr (FENCE == 13) {
+            if ((it & 1) == 0) {
+              mc::mbar_arrive(empty_bar);
+              mc::mbar_wait(full_bar, 0u);
+              mc::fence_proxy_async_shared();
+            }
+          }
           if constexpr (FENCE == 2 || FENCE == 3 || FENCE == 4) mc::mbar_arrive(empty_bar);
           if constexpr (FENCE == 2 || FENCE == 3 || FENCE == 5) mc::mbar_wait(full_bar, 0u);
           if constexpr (FENCE == 6 || FENCE == 7) {
