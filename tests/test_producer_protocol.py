@@ -26,62 +26,95 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
+class Ring:
+    """The ring's slots and the producer's side: it fills units in order (waiting on `empty`
+    from its second round), its copies landing in issue order and arriving on `full`."""
+
+    def __init__(self, units: int, stages: int):
+        self.units, self.stages = units, stages
+        self.full = [Barrier(1) for _ in range(stages)]
+        self.empty = [Barrier(1) for _ in range(stages)]
+        self.slot_holds = [None] * stages   # unit whose bytes the slot holds (landed)
+        self.in_flight = []                 # issued copies not yet landed: (slot, unit)
+        self.reading = set()                # slots the compute side may still read
+        self.produced = 0
+
+    def producer_actors(self) -> list:
+        actors = []
+        if self.produced < self.units:
+            slot, rnd = self.produced % self.stages, self.produced // self.stages
+            if rnd == 0 or self.empty[slot].passes((rnd - 1) & 1):
+                actors.append("issue")
+        if self.in_flight:
+            actors.append("land")
+        return actors
+
+    def produce(self, actor: str) -> None:
+        if actor == "issue":
+            slot = self.produced % self.stages
+            assert slot not in self.reading, \
+                f"unit {self.produced} overwrites a slot still being read"
+            self.in_flight.append((slot, self.produced))
+            self.produced += 1
+        else:
+            slot, unit = self.in_flight.pop(0)
+            self.slot_holds[slot] = unit
+            self.full[slot].arrive()
+
+    def pick(self, waiting_for, full_parity: int, choices, consumed: int) -> str:
+        """The next actor among the enabled ones: the producer's (done here), the compute side's
+        wait for unit ``waiting_for`` once its fill's phase has completed, or (``waiting_for``
+        None) its next step."""
+        actors = self.producer_actors()
+        if waiting_for is None:
+            actors.append("step")
+        elif self.full[waiting_for % self.stages].passes(full_parity):
+            actors.append("wait")
+        assert actors, f"deadlock: produced {self.produced}, consumed {consumed}"
+        actor = actors[choices(len(actors))]
+        if actor in ("issue", "land"):
+            self.produce(actor)
+        return actor
+
+    def awaited(self, unit: int, full_parity: int, flip: bool = True) -> int:
+        """The compute side's wait for ``unit`` passed: its slot must hold it. Returns the
+        parity of the next wait (``bulk_wait``'s walk; ``flip=False`` breaks it)."""
+        slot = unit % self.stages
+        assert self.slot_holds[slot] == unit, \
+            f"unit {unit} read slot {slot} holding {self.slot_holds[slot]}"
+        self.reading.add(slot)
+        return full_parity ^ 1 if slot == self.stages - 1 and flip else full_parity
+
+    def release(self, unit: int) -> None:
+        self.reading.discard(unit % self.stages)
+        self.empty[unit % self.stages].arrive()
+
+    def done(self) -> None:
+        assert self.produced == self.units and not self.in_flight
+
+
 def run_ring(units: int, stages: int, release_step: int, steps: int, choices,
              flip: bool = True) -> None:
-    """One launch's ring: the producer fills units in order (waiting on `empty` from its second
-    round, its copies landing in issue order and arriving on `full`), the compute side waits on
-    `full` with the parity walk of ``bulk_wait`` and releases unit u - 1's slot at step
-    ``release_step`` of unit u. ``choices`` picks which enabled actor moves next. ``flip=False``
-    breaks the parity walk (for the negative test)."""
-    full = [Barrier(1) for _ in range(stages)]
-    empty = [Barrier(1) for _ in range(stages)]
-    slot_holds = [None] * stages      # unit whose bytes the slot holds (landed)
-    in_flight = []                    # issued copies not yet landed: (slot, unit)
-    reading = set()                   # slots the compute side may still read
-    produced, consumed, step = 0, 0, 0
+    """One launch's ring (``Ring``'s producer); the compute side waits on `full` with the parity
+    walk of ``bulk_wait`` and releases unit u - 1's slot at step ``release_step`` of unit u.
+    ``choices`` picks which enabled actor moves next. ``flip=False`` breaks the parity walk
+    (for the negative test)."""
+    ring = Ring(units, stages)
+    consumed, step = 0, 0
     full_parity, waiting_full = 0, True
     while consumed < units:
-        actors = []
-        if produced < units:
-            slot, rnd = produced % stages, produced // stages
-            if rnd == 0 or empty[slot].passes((rnd - 1) & 1):
-                actors.append("issue")
-        if in_flight:
-            actors.append("land")
-        if waiting_full:
-            if full[consumed % stages].passes(full_parity):
-                actors.append("wait")
-        else:
-            actors.append("step")
-        assert actors, f"deadlock: produced {produced}, consumed {consumed}"
-        actor = actors[choices(len(actors))]
-        if actor == "issue":
-            slot = produced % stages
-            assert slot not in reading, f"unit {produced} overwrites a slot still being read"
-            in_flight.append((slot, produced))
-            produced += 1
-        elif actor == "land":
-            slot, unit = in_flight.pop(0)
-            slot_holds[slot] = unit
-            full[slot].arrive()
-        elif actor == "wait":
-            slot = consumed % stages
-            assert slot_holds[slot] == consumed, \
-                f"unit {consumed} read slot {slot} holding {slot_holds[slot]}"
-            if slot == stages - 1 and flip:
-                full_parity ^= 1
-            reading.add(slot)
+        actor = ring.pick(consumed if waiting_full else None, full_parity, choices, consumed)
+        if actor == "wait":
+            full_parity = ring.awaited(consumed, full_parity, flip)
             waiting_full, step = False, 0
-        else:
+        elif actor == "step":
             if step == release_step and consumed > 0:
-                prev = (consumed - 1) % stages
-                reading.discard(prev)
-                empty[prev].arrive()
+                ring.release(consumed - 1)
             step += 1
             if step == steps:
                 consumed += 1
                 waiting_full = True
-    assert produced == units and not in_flight
+    ring.done()
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,60 +146,29 @@ def run_ring_pairs(units: int, stages: int, release_step: int, steps: int, choic
     """``MARLIN_WS_PAIRS`` (NOTES.md entry 97): the compute side waits at the end of units 0, 2,
     4, .. of the stripe for the next two units' fills (in order, with the same parity walk) and
     releases the two units before at step ``release_step`` of units 2, 4, ..; the units between
-    have no barrier operation. The producer is that of ``run_ring``. ``late=True`` releases
-    them a unit later, at units 3, 5, .. (for the negative test)."""
-    full = [Barrier(1) for _ in range(stages)]
-    empty = [Barrier(1) for _ in range(stages)]
-    slot_holds = [None] * stages
-    in_flight, reading = [], set()
-    produced, consumed, step = 0, 0, 0
+    have no barrier operation. The producer is ``Ring``'s. ``late=True`` releases them a unit
+    later, at units 3, 5, .. (for the negative test)."""
+    ring = Ring(units, stages)
+    consumed, step = 0, 0
     full_parity, pending = 0, [0]          # start_stream awaits unit 0
     while consumed < units:
-        actors = []
-        if produced < units:
-            slot, rnd = produced % stages, produced // stages
-            if rnd == 0 or empty[slot].passes((rnd - 1) & 1):
-                actors.append("issue")
-        if in_flight:
-            actors.append("land")
-        if pending:
-            if full[pending[0] % stages].passes(full_parity):
-                actors.append("wait")
-        else:
-            actors.append("step")
-        assert actors, f"deadlock: produced {produced}, consumed {consumed}"
-        actor = actors[choices(len(actors))]
-        if actor == "issue":
-            slot = produced % stages
-            assert slot not in reading, f"unit {produced} overwrites a slot still being read"
-            in_flight.append((slot, produced))
-            produced += 1
-        elif actor == "land":
-            slot, unit = in_flight.pop(0)
-            slot_holds[slot] = unit
-            full[slot].arrive()
-        elif actor == "wait":
-            unit = pending.pop(0)
-            slot = unit % stages
-            assert slot_holds[slot] == unit, f"unit {unit} read slot {slot} holding {slot_holds[slot]}"
-            if slot == stages - 1:
-                full_parity ^= 1
-            reading.add(slot)
-        else:
-            assert slot_holds[consumed % stages] == consumed and consumed % stages in reading, \
-                f"unit {consumed} computed before its fill was awaited"
+        actor = ring.pick(pending[0] if pending else None, full_parity, choices, consumed)
+        if actor == "wait":
+            full_parity = ring.awaited(pending.pop(0), full_parity)
+        elif actor == "step":
+            assert ring.slot_holds[consumed % stages] == consumed and \
+                consumed % stages in ring.reading, f"unit {consumed} computed before its wait"
             first = consumed - (1 if late else 0)
             if step == release_step and first >= 2 and first % 2 == 0:
-                for q in (first - 2, first - 1):
-                    reading.discard(q % stages)
-                    empty[q % stages].arrive()
+                ring.release(first - 2)
+                ring.release(first - 1)
             step += 1
             if step == steps:
                 if consumed % 2 == 0:
                     pending += [q for q in (consumed + 1, consumed + 2) if q < units]
                 consumed += 1
                 step = 0
-    assert produced == units and not in_flight
+    ring.done()
 
 
 @settings(max_examples=300, deadline=None)
