@@ -113,16 +113,18 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
     wsm[i] = (uint32_t)i * 2654435761u;                          // any nibbles
   for (int i = threadIdx.x; i < 256; i += blockDim.x)
     ssm[i] = 0x20002000u + (uint32_t)(i & 7);                    // scales near 2^-7
-  // FENCE 2, 3: two mbarriers after the scales; `full` completes its phase 0 here, `empty`
-  // expects more arrivals than the loop makes (2^20 - 1), so neither ever blocks.
+  // The kinds with mbarrier operations: two mbarriers after the scales; `full` completes its
+  // phase 0 here, `empty` expects more arrivals than the loop makes (2^20 - 1), so neither
+  // ever blocks.
+  constexpr bool BARS = (FENCE >= 2 && FENCE <= 9) || FENCE == 13;
   const uint32_t full_bar = mc::smem_addr(ssm + 256), empty_bar = full_bar + 8;
-  if (FENCE >= 2 && threadIdx.x == 0) {
+  if (BARS && threadIdx.x == 0) {
     mc::mbar_init(full_bar, 1);
     mc::mbar_init(empty_bar, (1 << 20) - 1);
   }
   mc::fence_proxy_async_shared();
   __syncthreads();
-  if (FENCE >= 2 && threadIdx.x == 0) mc::mbar_arrive(full_bar);
+  if (BARS && threadIdx.x == 0) mc::mbar_arrive(full_bar);
   const int wt = threadIdx.x % 128;
   const unsigned long long desc = mc::sw128_desc(mc::smem_addr(bsm));
   mc::FragA wa[D + 1][J] = {};
@@ -230,14 +232,20 @@ def smem_bytes(n: int, j: int, d: int) -> int:
     return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4 + 16   # + FENCE's mbarriers
 
 
-def source(variants=VARIANTS, fenced=FENCED) -> str:
+def all_entries() -> list:
+    """(fence kind, N, J, D, unpacking, most warpgroups) of every entry: ``VARIANTS`` without a
+    per-unit synchronisation, then ``FENCED`` with each of ``FENCE_KINDS``."""
+    return [(0,) + v for v in VARIANTS] + [(f,) + v for f in FENCE_KINDS for v in FENCED]
+
+
+def source(entries=None) -> str:
+    """The module holding ``entries`` (default: ``all_entries()``)."""
     from marlin_cupy import kernels
     body = [kernels._base_source(), KERNELS]
-    for fence, vs in [(0, variants)] + [(f, fenced) for f in FENCE_KINDS]:
-        for n, j, d, u, wgs in vs:
-            body.append(f'extern "C" __global__ void __launch_bounds__({128 * wgs}, 1)\n'
-                        f"{entry(n, j, d, u, fence)}(float* out, int iters) "
-                        f"{{ dq_loop<{n}, {j}, {d}, {u}, {fence}>(out, iters); }}\n")
+    for fence, n, j, d, u, wgs in all_entries() if entries is None else entries:
+        body.append(f'extern "C" __global__ void __launch_bounds__({128 * wgs}, 1)\n'
+                    f"{entry(n, j, d, u, fence)}(float* out, int iters) "
+                    f"{{ dq_loop<{n}, {j}, {d}, {u}, {fence}>(out, iters); }}\n")
     return "".join(body)
 
 
@@ -254,7 +262,7 @@ def sass_counts() -> dict:
     for v in VARIANTS:
         n, j, d, u, _ = v
         with tempfile.TemporaryDirectory() as tmp:
-            loops = si.hot_loops(si.sass_lines(source([v], ()), "sm_90a", Path(tmp),
+            loops = si.hot_loops(si.sass_lines(source([(0,) + v]), "sm_90a", Path(tmp),
                                                labels=True))
         if not loops:
             continue
@@ -288,15 +296,15 @@ def main(argv=None) -> int:
     from marlin_cupy import jit
     from marlin_cupy.records import environment
     from wgmma_rate import median_launch_us
-    mod = jit.load_module(source(), arch_suffix="a")
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     only = set(filter(None, a.only.split(",")))
+    entries = [e for e in all_entries() if not only or entry(*e[1:5], e[0]) in only]
+    if not entries:
+        p.error(f"--only names no entry of this script: {sorted(only)}")
+    mod = jit.load_module(source(entries), arch_suffix="a")   # only what runs is compiled
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     wgs_list = {int(v) for v in a.wgs.split(",") if v}
     rows = []
-    for fence, n, j, d, u, max_wgs in ([(0,) + v for v in VARIANTS]
-                                       + [(f,) + v for f in FENCE_KINDS for v in FENCED]):
-        if only and entry(n, j, d, u, fence) not in only:
-            continue
+    for fence, n, j, d, u, max_wgs in entries:
         ker = mod.get_function(entry(n, j, d, u, fence))
         smem = smem_bytes(n, j, d)
         ker.max_dynamic_shared_size_bytes = smem

@@ -233,6 +233,9 @@ def test_dequant_rate_counts_the_flops_of_its_steps():
     src = dr.source()
     assert all(dr.entry(*v[:4]) in src for v in dr.VARIANTS)
     assert all(dr.entry(*v[:4], f) in src for v in dr.FENCED for f in dr.FENCE_KINDS)
+    assert len(dr.all_entries()) == len(dr.VARIANTS) + len(dr.FENCED) * len(dr.FENCE_KINDS)
+    one = dr.source([(3, 64, 2, 2, 2, 2)])     # what --only selects is all that is built
+    assert dr.entry(64, 2, 2, 2, 3) in one and dr.entry(64, 2, 2, 2) + "(" not in one
 
 
 def test_ss_probe_packing_puts_k_in_order_after_the_dequantization():
