@@ -358,6 +358,18 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_PAIRS
 #define MARLIN_WS_PAIRS 0
 #endif
+// The producer builds' ring hand-off without mbarrier instructions on the compute warps
+// (benchmarks/NOTES.md entry 98; 0: off, the shipped build). 1: one producer thread (the
+// publisher) waits on each fill's `full` barrier in unit order, fences for the async proxy
+// and publishes the count of landed units with a release store; the compute threads poll that
+// word with acquire loads (plain LDS, which leave their wgmma groups in flight). Each compute
+// warp releases a slot with one relaxed shared-memory add (lane 0) on the slot's counter, and
+// the producer waits until a slot's counter shows every compute warp's release. Only the
+// wgmma builds without WG_DEFER: there every generic read of a slot feeds a wgmma that is
+// complete at the release (see flag_release). Same sums, same order.
+#ifndef MARLIN_WS_FLAGS
+#define MARLIN_WS_FLAGS 0
+#endif
 // The producer warpgroup's registers per thread where it hands the rest to the compute threads
 // with setmaxnreg (a multiple of 8; the compute threads get what is left). At 40 the zero-point
 // builds of some sw16 tiles spill in the producer; 56 removes that (NOTES.md entries 47, 49).
@@ -1072,6 +1084,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool WS_EARLY = WS && MARLIN_WS_RELEASE == 1 && K_SUB >= 2;
   // MARLIN_WS_PAIRS: the compute threads' hand-off every other unit (wgmma producer builds).
   static constexpr bool WS_PAIRS = MARLIN_WS_PAIRS != 0 && WS_EARLY && WGMMA;
+  // MARLIN_WS_FLAGS: the hand-off through counters in shared memory (WG_DEFER and DYN below).
+  static constexpr bool WS_FLAGS_ASKED = MARLIN_WS_FLAGS != 0 && WS_EARLY && WGMMA;
   static constexpr int TILE_M = 16 * M_BLOCKS;
   static constexpr int TILE_N = 16 * N_BLOCKS;
   static constexpr int TILE_K = 16 * K_BLOCKS;
@@ -1152,6 +1166,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
+  // MARLIN_WS_FLAGS where it applies (not with WG_DEFER's reads of the previous unit's scales
+  // at step 0, nor with drawn chunks or bulk copies); elsewhere the build keeps the mbarriers.
+  static constexpr bool WS_FLAGS = WS_FLAGS_ASKED && !WG_DEFER && !DYN && !BULK;
+  static_assert(!(WS_FLAGS && WS_PAIRS), "MARLIN_WS_FLAGS and MARLIN_WS_PAIRS: one at a time");
+  // Compute warps (MARLIN_WS_FLAGS: each adds one to a slot's counter when it releases it).
+  static constexpr uint32_t COMPUTE_WARPS = THREADS / 32;
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
   static constexpr int S_COPIES = PER_CHANNEL ? 0 : S_STAGE / S_ROW;
   static constexpr int Z_COPIES = HAS_ZP ? Z_STAGE / Z_ROW : 0;
@@ -2887,8 +2907,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       // wait for the first unit, then order its arrival before wgmma's async-proxy reads.
       stamp(1);
       stamp(2);
-      bulk_wait(0);
-      if constexpr (WGMMA) fence_proxy_async_shared();
+      if constexpr (WS_FLAGS) {
+        flag_wait(1);   // (the publisher fenced for the async proxy)
+      } else {
+        bulk_wait(0);
+        if constexpr (WGMMA) fence_proxy_async_shared();
+      }
       return;
     }
     bulk_init();
@@ -3128,7 +3152,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             // producer's fill) and orders that fill's writes (generic proxy) before wgmma's
             // reads of it.
             if (!WS_EARLY && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
-            if constexpr (WS_PAIRS) {
+            if constexpr (WS_FLAGS) {
+              // Unit + 1 has landed once the publisher's count reaches it (it fenced for the
+              // async proxy before publishing).
+              if (unit + 1 < unit_end) flag_wait(unit + 2 - unit_start);
+            } else if constexpr (WS_PAIRS) {
               // Units 0, 2, ..: the next two fills (the one after was awaited here already).
               if ((unit - unit_start) % 2 == 0 && unit + 1 < unit_end) {
                 bulk_wait(next);
@@ -3227,7 +3255,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // WS_EARLY: the wait above left at most this unit's steps 0 and 1 pending, so every
         // group that read the previous unit's slot is complete (and its weights, read one step
         // ahead into registers, were read long before): the producer may refill the slot.
-        if constexpr (WS_PAIRS) {
+        if constexpr (WS_FLAGS) {
+          if (sub == 1 && unit > unit_start) flag_release(refill);
+        } else if constexpr (WS_PAIRS) {
           // Units 2, 4, ..: the slots of the two units before (`refill` and the one before it).
           if (sub == 1 && unit > unit_start && (unit - unit_start) % 2 == 0) {
             mbar_arrive(bar_empty() + 8 * (refill == 0 ? STAGES - 1 : refill - 1));
@@ -3282,6 +3312,62 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // WS: the `empty` barriers follow the STAGES `full` ones.
   __device__ __forceinline__ uint32_t bar_empty() const { return bar_full + 8 * STAGES; }
 
+  // MARLIN_WS_FLAGS: the words in the `empty` barriers' place (8 bytes per slot): slot s's
+  // release counter at byte 8 s, the publisher's count of landed units at byte 4.
+  __device__ __forceinline__ uint32_t flag_count() const { return bar_empty() + 4; }
+  __device__ __forceinline__ uint32_t flag_counter(int slot) const {
+    return bar_empty() + 8 * slot;
+  }
+
+  // MARLIN_WS_FLAGS (compute threads): spins until the publisher has counted `n` units of the
+  // stripe as landed. An acquire load of shared memory at CTA scope is a plain LDS on sm_90,
+  // which, unlike every mbarrier instruction and memory barrier, leaves this warp's wgmma
+  // groups in flight (entry 96); the loop is inside the asm so that the unrolled main loop
+  // stays one block.
+  __device__ __forceinline__ void flag_wait(int n) const {
+    if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
+    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
+                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                 " setp.lt.s32 p, v, %1;\n"
+                 " @p bra POLL;\n}\n" ::"r"(flag_count()), "r"(n) : "memory");
+  }
+
+  // MARLIN_WS_FLAGS (compute threads): this warp is done with `slot`: lane 0 adds one to its
+  // counter. Relaxed, because a release would be a MEMBAR, which drains the wgmma groups as
+  // the mbarriers do. What orders the slot's reads before the producer's refill: its async-proxy
+  // reads belong to wgmma groups that the wait before this point completed, and its generic
+  // reads (weights, scales and zero points, one step ahead into registers) were all consumed
+  // by the dequantization of those groups' fragments (without WG_DEFER nothing else reads a
+  // slot), so each of them returned its value before an instruction that has completed.
+  __device__ __forceinline__ void flag_release(int slot) const {
+    asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
+                 " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
+                 ::"r"(flag_counter(slot)), "r"(static_cast<uint32_t>(lane)) : "memory");
+  }
+
+  // MARLIN_WS_FLAGS (producer threads): spins until every compute warp has released `slot`
+  // `rounds` times.
+  __device__ __forceinline__ void flag_wait_released(int slot, uint32_t rounds) const {
+    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
+                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                 " setp.lt.u32 p, v, %1;\n"
+                 " @p bra POLL;\n}\n"
+                 ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS) : "memory");
+  }
+
+  // MARLIN_WS_FLAGS (the publisher, producer thread 0): waits for the fill of the stripe's
+  // unit `done` (slot and parity as the compute threads' bulk_wait walks them), orders its
+  // cp.async writes (generic proxy) before wgmma's reads (async proxy), and publishes
+  // done + 1 units with a release store.
+  __device__ __forceinline__ void publish(int& done) {
+    const int slot = done % STAGES;
+    mbar_wait(bar_full + 8 * slot, static_cast<uint32_t>(done / STAGES) & 1u);
+    fence_proxy_async_shared();
+    done++;
+    asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
+                 : "memory");
+  }
+
   // WS: the producer warpgroup's loop (tid is 0..COPY_T - 1 here). It fills the ring in unit
   // order, slot 0, 1, .., STAGES - 1, 0, ..; a fill of slot s from the second round on first
   // waits for the compute threads' release of the unit before it in that slot (release r of a
@@ -3302,15 +3388,32 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #endif
     int slot = 0;
     uint32_t round = 0;
+    int published = 0;   // (WS_FLAGS, thread 0) units of the stripe published as landed
     for (int unit = unit_start; unit < unit_end; unit++) {
       if (MARLIN_NO_FILL) break;   // (probes 16-18) no fills
-      if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
+      if constexpr (WS_FLAGS) {
+        // The publisher first publishes unit - (STAGES - 1), the oldest fill in flight: the
+        // slot this fill waits for held unit - STAGES, which the compute threads release at
+        // step 1 of unit - (STAGES - 1), after they saw it published. (The compute threads
+        // wait for that unit at the end of the unit before it, after they released the one
+        // before that at its step 1: the slot of this loop's previous fill.)
+        if (tid == 0 && unit - unit_start >= STAGES - 1) publish(published);
+        if (round > 0) flag_wait_released(slot, round);
+      } else {
+        if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
+      }
       fetch_to_shared(fetch, slot);
       cp_async_mbar_arrive_noinc(bar_full + 8 * slot);
       advance(fetch);
       if (++slot == STAGES) {
         slot = 0;
         round++;
+      }
+    }
+    // WS_FLAGS: the fills not yet published (the last STAGES - 1, or all of a shorter stripe).
+    if constexpr (WS_FLAGS) {
+      if (tid == 0 && !MARLIN_NO_FILL) {
+        while (published < unit_end - unit_start) publish(published);
       }
     }
     // Nothing of this CTA's shared memory is written after the compute threads' last wait,
@@ -3401,7 +3504,13 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
       for (int s = 0; s < STAGES; s++) {
         // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
         mbar_init(k.bar_full + 8 * s, K::COPY_T + (K::BULK ? 1 : 0));
-        mbar_init(k.bar_empty() + 8 * s, THREADS);
+        if constexpr (K::WS_FLAGS) {
+          // The counters and the published count start at zero (__syncthreads below).
+          asm volatile("st.shared::cta.v2.u32 [%0], {%1, %1};" ::"r"(k.bar_empty() + 8 * s),
+                       "r"(0u) : "memory");
+        } else {
+          mbar_init(k.bar_empty() + 8 * s, THREADS);
+        }
       }
       // Bulk copies complete on these barriers through the async proxy.
       if constexpr (K::BULK) fence_proxy_async_shared();

@@ -61,10 +61,14 @@ VARIANTS = tuple(
 #: loop, no branch; its predicate kept alive); 10 a named barrier of the CTA (``bar.sync 1``)
 #: instead; 11 a poll of a flag word in shared memory (``ld.volatile.shared``, set before the
 #: loop); 12 the same poll with ``ld.acquire.cta.shared``; 13 kind 3 every other unit (the
-#: kernel's ``MARLIN_WS_PAIRS``, entry 97). Entries: (N, J, D, unpacking, most warpgroups);
+#: kernel's ``MARLIN_WS_PAIRS``, entry 97); 14 the poll of kind 12 (its loop inside the asm, as
+#: the kernel's ``MARLIN_WS_FLAGS`` does it) and lane 0's ``red.relaxed.cta.shared.add`` on a
+#: counter (the release of ``MARLIN_WS_FLAGS``, entry 98); 15 that poll and a
+#: ``st.relaxed.cta.shared`` by every lane to its warp's word. Entries: (N, J, D, unpacking,
+#: most warpgroups);
 #: every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
-FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
@@ -200,6 +204,22 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
                            : "r"(mc::smem_addr(ssm + 255)) : "memory");
             } while (f == 0u);
           }
+          if constexpr (FENCE == 14 || FENCE == 15) {
+            // The flag word holds a non-zero scale: the poll passes at once, as kind 12's.
+            asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
+                         " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                         " setp.eq.u32 p, v, 0;\n @p bra POLL;\n}\n"
+                         ::"r"(mc::smem_addr(ssm + 255)) : "memory");
+            const uint32_t rel = mc::smem_addr(ssm + 256);
+            if constexpr (FENCE == 14) {
+              asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
+                           " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
+                           ::"r"(rel), "r"(threadIdx.x % 32) : "memory");
+            } else {
+              asm volatile("st.relaxed.cta.shared::cta.b32 [%0], %1;"
+                           ::"r"(rel + 4 * (threadIdx.x / 32)), "r"(it) : "memory");
+            }
+          }
           if constexpr (FENCE == 1 || FENCE == 3 || FENCE == 7) mc::fence_proxy_async_shared();
         }
       }
@@ -229,7 +249,8 @@ def entry(n: int, j: int, d: int, u: int, fence: int = 0) -> str:
 
 
 def smem_bytes(n: int, j: int, d: int) -> int:
-    return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4 + 16   # + FENCE's mbarriers
+    # + FENCE's mbarriers, or kinds 14 and 15's counter and 16 warps' words
+    return n * 128 + steps_per_unit(d) * 128 * j * 4 + 256 * 4 + 64
 
 
 def all_entries() -> list:
