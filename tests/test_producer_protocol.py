@@ -190,3 +190,107 @@ def test_paired_handoff_releases_before_it_waits():
     rng = random.Random(0)
     with pytest.raises(AssertionError, match="deadlock"):
         run_ring_pairs(12, 3, 1, 4, lambda n: rng.randrange(n), late=True)
+
+
+def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
+                   lag: int | None = None) -> None:
+    """``MARLIN_WS_FLAGS`` (NOTES.md entry 98), with no mbarrier on the compute side. The
+    producer's copies of a fill are two parts: thread 0's (the publisher's) and the other
+    threads', each issued in unit order once the slot's counter shows ``warps`` releases per
+    earlier round; a fill lands when both parts have. Before issuing its part of fill i >= lag
+    (``STAGES - 1`` in the kernel), thread 0 waits until fill i - lag has landed and publishes
+    the count i - lag + 1; after its last fill it publishes the rest. Each of ``warps`` compute
+    warps moves on its own: it waits until the count shows the unit it needs (unit 0 first,
+    then unit u + 1 at the end of unit u), and adds one to the counter of unit u - 1's slot at
+    step 1 of unit u. ``lag=stages`` publishes a fill later (for the negative test)."""
+    lag = stages - 1 if lag is None else lag
+    holds = [None] * stages            # unit whose bytes the slot holds, once both parts landed
+    parts = [[0] * stages for _ in range(2)]   # per part: the round (fill index) landed per slot
+    issued = [0, 0]                    # fills issued by part 0 (thread 0) and part 1 (the rest)
+    landed_parts = [0, 0]              # fills landed per part (copies land in issue order)
+    counter = [0] * stages
+    published = 0
+    pos = [[0, 0, True] for _ in range(warps)]   # per warp: unit, step, waiting
+    reading = [set() for _ in range(warps)]
+
+    def landed(i):                     # fill i complete: both parts landed
+        return landed_parts[0] > i and landed_parts[1] > i
+
+    def may_issue(p):
+        i = issued[p]
+        if i >= units:
+            return False
+        if p == 0 and i >= lag and published < i - lag + 1:
+            return False               # thread 0 publishes first
+        rnd = i // stages
+        return counter[i % stages] >= rnd * warps
+
+    while any(w[0] < units for w in pos):
+        actors = []
+        for p in (0, 1):
+            if may_issue(p):
+                actors.append(("issue", p))
+            if landed_parts[p] < issued[p]:
+                actors.append(("land", p))
+        # thread 0's publication: before its part of fill i >= lag, or after its last fill
+        target = issued[0] - lag + 1 if issued[0] < units else units
+        if published < target and landed(published):
+            actors.append(("publish", None))
+        for w, (unit, step, waiting) in enumerate(pos):
+            if unit >= units:
+                continue
+            if not waiting or published > unit:
+                actors.append(("warp", w))
+        assert actors, f"deadlock: issued {issued}, published {published}, warps {pos}"
+        kind, who = actors[choices(len(actors))]
+        if kind == "issue":
+            i = issued[who]
+            slot = i % stages
+            assert all(slot not in r for r in reading), \
+                f"fill {i} overwrites slot {slot} while a warp reads it"
+            issued[who] += 1
+        elif kind == "land":
+            i = landed_parts[who]
+            landed_parts[who] += 1
+            if landed(i):
+                holds[i % stages] = i
+        elif kind == "publish":
+            published += 1
+        else:
+            unit, step, waiting = pos[who]
+            if waiting:
+                assert holds[unit % stages] == unit, \
+                    f"warp {who} read unit {unit} from a slot holding {holds[unit % stages]}"
+                reading[who].add(unit % stages)
+                pos[who] = [unit, 0, False]
+                continue
+            if step == 1 and unit > 0:
+                reading[who].discard((unit - 1) % stages)
+                counter[(unit - 1) % stages] += 1
+            step += 1
+            if step == steps:
+                pos[who] = [unit + 1, 0, True]
+            else:
+                pos[who] = [unit, step, False]
+    assert published == units
+
+
+@settings(max_examples=300, deadline=None)
+@given(units=st.integers(1, 40), stages=st.integers(3, 8), seed=st.integers(0, 2**31 - 1),
+       steps=st.sampled_from([2, 4, 8]), warps=st.integers(1, 3))
+def test_flag_handoff_never_reads_stale_nor_overwrites_live_slots(units, stages, seed, steps,
+                                                                  warps):
+    import random
+    rng = random.Random(seed)
+    run_ring_flags(units, stages, steps, warps, lambda n: rng.randrange(n))
+
+
+def test_flag_handoff_publishes_in_time():
+    """The model is not vacuous: a publisher one fill later than the kernel's (it would publish
+    fill i - STAGES before issuing fill i) deadlocks: the compute warps need unit i - STAGES + 1
+    to release the slot that fill i waits for."""
+    import random
+    import pytest
+    rng = random.Random(0)
+    with pytest.raises(AssertionError, match="deadlock"):
+        run_ring_flags(12, 3, 4, 2, lambda n: rng.randrange(n), lag=3)
