@@ -367,8 +367,23 @@ __device__ int marlin_early_off;
 // the producer waits until a slot's counter shows every compute warp's release. Only the
 // wgmma builds without WG_DEFER: there every generic read of a slot feeds a wgmma that is
 // complete at the release (see flag_release). Same sums, same order.
+// 2: as 1, and the compute threads load the count early (at step 1 of a unit, after their
+// release) and at the unit's end load it again only if that early value is short (entry 98:
+// a load whose value is needed at once costs the isolated step as much as an mbarrier wait).
 #ifndef MARLIN_WS_FLAGS
 #define MARLIN_WS_FLAGS 0
+#endif
+// Measurement switches of entry 98 (never correct by the memory model, or not shipped):
+// MARLIN_WS_PUB_RELAXED 1: the publisher of MARLIN_WS_FLAGS without its proxy fence and with a
+// relaxed store (is the fence's MEMBAR in a thread with copies in flight what costs?);
+// MARLIN_WS_EARLY_TEST 1: the mbarrier hand-off (MARLIN_WS_FLAGS 0) with an mbarrier.test_wait
+// on the next fill at step 1 and the try_wait loop at the unit's end only if that failed
+// (K_SUB >= 3), then the proxy fence as before.
+#ifndef MARLIN_WS_PUB_RELAXED
+#define MARLIN_WS_PUB_RELAXED 0
+#endif
+#ifndef MARLIN_WS_EARLY_TEST
+#define MARLIN_WS_EARLY_TEST 0
 #endif
 // The producer warpgroup's registers per thread where it hands the rest to the compute threads
 // with setmaxnreg (a multiple of 8; the compute threads get what is left). At 40 the zero-point
@@ -1086,6 +1101,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool WS_PAIRS = MARLIN_WS_PAIRS != 0 && WS_EARLY && WGMMA;
   // MARLIN_WS_FLAGS: the hand-off through counters in shared memory (WG_DEFER and DYN below).
   static constexpr bool WS_FLAGS_ASKED = MARLIN_WS_FLAGS != 0 && WS_EARLY && WGMMA;
+  // MARLIN_WS_EARLY_TEST (a measurement): the test at step 1 must be for the fill awaited at
+  // the same unit's end (step 1 before the last step).
+  static constexpr bool EARLY_TEST =
+      MARLIN_WS_EARLY_TEST != 0 && WS_EARLY && WGMMA && MARLIN_WS_FLAGS == 0 &&
+      MARLIN_WS_PAIRS == 0 && K_SUB >= 3;
   static constexpr int TILE_M = 16 * M_BLOCKS;
   static constexpr int TILE_N = 16 * N_BLOCKS;
   static constexpr int TILE_K = 16 * K_BLOCKS;
@@ -1567,6 +1587,25 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       mbar_wait(bar_full + 8 * stage, full_parity);
       if (stage == STAGES - 1) full_parity ^= 1u;
     }
+  }
+
+  // (EARLY_TEST) Whether the fill that bulk_wait(stage) will await has landed (no wait).
+  __device__ __forceinline__ uint32_t bulk_test(int stage) const {
+    uint32_t ok;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok) : "r"(bar_full + 8 * stage), "r"(full_parity) : "memory");
+    return ok;
+  }
+
+  // (EARLY_TEST) bulk_wait(stage), with no try_wait where bulk_test saw the fill landed.
+  __device__ __forceinline__ void bulk_wait_unless(int stage, uint32_t landed) {
+    if (MARLIN_NO_FILL) return;
+    asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p bra DONE;\nWAIT:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " @!p bra WAIT;\nDONE:\n}\n"
+                 ::"r"(landed), "r"(bar_full + 8 * stage), "r"(full_parity) : "memory");
+    if (stage == STAGES - 1) full_parity ^= 1u;
   }
 
   // BULK: the barriers, initialised and visible to the async proxy before the first copy.
@@ -2908,7 +2947,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       stamp(1);
       stamp(2);
       if constexpr (WS_FLAGS) {
-        flag_wait(1);   // (the publisher fenced for the async proxy)
+        flag_wait(1, 0u);   // (the publisher fenced for the async proxy)
       } else {
         bulk_wait(0);
         if constexpr (WGMMA) fence_proxy_async_shared();
@@ -3136,6 +3175,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #endif
     Regs regs[2];
     fetch_to_registers(regs[0], 0, 0);
+    // (MARLIN_WS_FLAGS 2) the count loaded at step 1; (EARLY_TEST) whether the next fill had
+    // landed at step 1.
+    uint32_t seen = 0;
     int stage = 0;
     int refill = STAGES - 1;
     bool tail = false;   // finish_column left the last column's output to staged_tail()
@@ -3155,7 +3197,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             if constexpr (WS_FLAGS) {
               // Unit + 1 has landed once the publisher's count reaches it (it fenced for the
               // async proxy before publishing).
-              if (unit + 1 < unit_end) flag_wait(unit + 2 - unit_start);
+              if (unit + 1 < unit_end) flag_wait(unit + 2 - unit_start, seen);
             } else if constexpr (WS_PAIRS) {
               // Units 0, 2, ..: the next two fills (the one after was awaited here already).
               if ((unit - unit_start) % 2 == 0 && unit + 1 < unit_end) {
@@ -3164,7 +3206,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
                 if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
               }
             } else if (unit + 1 < unit_end) {
-              bulk_wait(next);
+              if constexpr (EARLY_TEST) bulk_wait_unless(next, seen);
+              else bulk_wait(next);
               if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
             }
           } else {
@@ -3257,6 +3300,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // ahead into registers, were read long before): the producer may refill the slot.
         if constexpr (WS_FLAGS) {
           if (sub == 1 && unit > unit_start) flag_release(refill);
+          if constexpr (MARLIN_WS_FLAGS == 2) {
+            if (sub == 1) seen = flag_peek();
+          }
         } else if constexpr (WS_PAIRS) {
           // Units 2, 4, ..: the slots of the two units before (`refill` and the one before it).
           if (sub == 1 && unit > unit_start && (unit - unit_start) % 2 == 0) {
@@ -3265,6 +3311,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
           }
         } else if constexpr (WS_EARLY) {
           if (sub == 1 && unit > unit_start) mbar_arrive(bar_empty() + 8 * refill);
+          if constexpr (EARLY_TEST) {
+            if (sub == 1 && unit + 1 < unit_end) seen = bulk_test(next);
+          }
         }
       }
       // Step 0 of every unit reads regs[0]; with an odd K_SUB the next one landed in regs[1].
@@ -3324,12 +3373,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // which, unlike every mbarrier instruction and memory barrier, leaves this warp's wgmma
   // groups in flight (entry 96); the loop is inside the asm so that the unrolled main loop
   // stays one block.
-  __device__ __forceinline__ void flag_wait(int n) const {
+  // `seen`: a count loaded earlier (flag_peek; 0 for none): no load while it shows `n`.
+  __device__ __forceinline__ void flag_wait(int n, uint32_t seen) const {
     if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
-    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
+    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
+                 " setp.ge.s32 p, v, %1;\n"
+                 " @p bra DONE;\n"
                  " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                 " setp.lt.s32 p, v, %1;\n"
-                 " @p bra POLL;\n}\n" ::"r"(flag_count()), "r"(n) : "memory");
+                 " bra CHECK;\nDONE:\n}\n" ::"r"(flag_count()), "r"(n), "r"(seen) : "memory");
+  }
+
+  // MARLIN_WS_FLAGS 2 (compute threads): the count now, for a flag_wait later (its value is
+  // not needed until then, so the load's latency hides behind the steps between).
+  __device__ __forceinline__ uint32_t flag_peek() const {
+    uint32_t v;
+    asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];" : "=r"(v) : "r"(flag_count())
+                 : "memory");
+    return v;
   }
 
   // MARLIN_WS_FLAGS (compute threads): this warp is done with `slot`: lane 0 adds one to its
@@ -3362,10 +3422,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   __device__ __forceinline__ void publish(int& done) {
     const int slot = done % STAGES;
     mbar_wait(bar_full + 8 * slot, static_cast<uint32_t>(done / STAGES) & 1u);
-    fence_proxy_async_shared();
     done++;
-    asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
-                 : "memory");
+    if constexpr (MARLIN_WS_PUB_RELAXED) {
+      asm volatile("st.relaxed.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
+                   : "memory");
+    } else {
+      fence_proxy_async_shared();
+      asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
+                   : "memory");
+    }
   }
 
   // WS: the producer warpgroup's loop (tid is 0..COPY_T - 1 here). It fills the ring in unit

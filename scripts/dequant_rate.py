@@ -64,11 +64,15 @@ VARIANTS = tuple(
 #: kernel's ``MARLIN_WS_PAIRS``, entry 97); 14 the poll of kind 12 (its loop inside the asm, as
 #: the kernel's ``MARLIN_WS_FLAGS`` does it) and lane 0's ``red.relaxed.cta.shared.add`` on a
 #: counter (the release of ``MARLIN_WS_FLAGS``, entry 98); 15 that poll and a
-#: ``st.relaxed.cta.shared`` by every lane to its warp's word. Entries: (N, J, D, unpacking,
-#: most warpgroups);
+#: ``st.relaxed.cta.shared`` by every lane to its warp's word; 16 the poll's first load issued
+#: early (at step 1, into a register) and only checked after the last step's wait (a loop
+#: that loads again while the word shows nothing; it never runs here); 17 the same with
+#: ``mbarrier.test_wait`` at step 1 and ``try_wait`` at the end only if that failed; 18 kind 17
+#: and the proxy fence; 19 kind 16 and kind 14's release at step 1. Entries: (N, J, D,
+#: unpacking, most warpgroups);
 #: every kind is built for each.
 FENCED = ((64, 2, 1, 2, 2), (64, 2, 2, 2, 2), (64, 4, 1, 2, 2))
-FENCE_KINDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+FENCE_KINDS = tuple(range(1, 20))
 
 UNPACK_NAMES = {0: "none", 1: "shift+mask", 2: "fma (shipped)"}
 
@@ -120,7 +124,7 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
   // The kinds with mbarrier operations: two mbarriers after the scales; `full` completes its
   // phase 0 here, `empty` expects more arrivals than the loop makes (2^20 - 1), so neither
   // ever blocks.
-  constexpr bool BARS = (FENCE >= 2 && FENCE <= 9) || FENCE == 13;
+  constexpr bool BARS = (FENCE >= 2 && FENCE <= 9) || FENCE == 13 || FENCE == 17 || FENCE == 18;
   const uint32_t full_bar = mc::smem_addr(ssm + 256), empty_bar = full_bar + 8;
   if (BARS && threadIdx.x == 0) {
     mc::mbar_init(full_bar, 1);
@@ -139,6 +143,7 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
     for (int f = 0; f < N / 8; f++) acc[j][f][0] = acc[j][f][1] = acc[j][f][2] = acc[j][f][3] = 0.f;
   uint32_t cur[J], nxt[J];
   uint32_t tested = 0;   // FENCE 9: the test_wait results, kept alive through the output
+  uint32_t seen = 0;     // FENCE 16-19: what the early load or test saw
   load_words<J>(wsm + wt * J, cur);
   for (int it = 0; it < iters; it++) {
     half2 m0, c0, m1, c1;
@@ -173,7 +178,35 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       for (int j = 0; j < J; j++) mc::wgmma_m64k16<N>(&acc[j][0], a[j], desc);
       mc::wgmma_commit();
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
-      if constexpr (FENCE > 0) {
+      if constexpr (FENCE >= 16) {
+        if (sub == 1) {   // early: the flag's load (or the barrier's test) and kind 19's release
+          if constexpr (FENCE == 16 || FENCE == 19) {
+            asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];" : "=r"(seen)
+                         : "r"(mc::smem_addr(ssm + 255)) : "memory");
+          } else {
+            seen = mbar_test(full_bar, 0u);
+          }
+          if constexpr (FENCE == 19) {
+            asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
+                         " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
+                         ::"r"(mc::smem_addr(ssm + 256)), "r"(threadIdx.x % 32) : "memory");
+          }
+        }
+        if (sub == U - 1) {   // late: wait only if the early look saw nothing
+          if constexpr (FENCE == 16 || FENCE == 19) {
+            asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %0;\nCHECK:\n"
+                         " setp.ne.u32 p, v, 0;\n @p bra DONE;\n"
+                         " ld.acquire.cta.shared::cta.b32 v, [%1];\n bra CHECK;\nDONE:\n}\n"
+                         ::"r"(seen), "r"(mc::smem_addr(ssm + 255)) : "memory");
+          } else {
+            asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p bra DONE;\nWAIT:\n"
+                         " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         " @!p bra WAIT;\nDONE:\n}\n"
+                         ::"r"(seen), "r"(full_bar), "r"(0u) : "memory");
+            if constexpr (FENCE == 18) mc::fence_proxy_async_shared();
+          }
+        }
+      } else if constexpr (FENCE > 0) {
         if (sub == U - 1) {   // as run_wgmma's last step of a unit
           if constexpr (FENCE == 13) {
             if ((it & 1) == 0) {
