@@ -370,6 +370,9 @@ __device__ int marlin_early_off;
 // 2: as 1, and the compute threads load the count early (at step 1 of a unit, after their
 // release) and at the unit's end load it again only if that early value is short (entry 98:
 // a load whose value is needed at once costs the isolated step as much as an mbarrier wait).
+// 3: as 2, with a publisher that issues no copies (its fence and release store are MEMBARs,
+// which would wait for copies of its own in flight): producer thread 1 issues thread 0's
+// copies besides its own, and thread 0 publishes each fill as soon as it has landed.
 #ifndef MARLIN_WS_FLAGS
 #define MARLIN_WS_FLAGS 0
 #endif
@@ -1101,6 +1104,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool WS_PAIRS = MARLIN_WS_PAIRS != 0 && WS_EARLY && WGMMA;
   // MARLIN_WS_FLAGS: the hand-off through counters in shared memory (WG_DEFER and DYN below).
   static constexpr bool WS_FLAGS_ASKED = MARLIN_WS_FLAGS != 0 && WS_EARLY && WGMMA;
+  // MARLIN_WS_FLAGS 3: the publisher (producer thread 0) issues no copies.
+  static constexpr bool PUB_APART = MARLIN_WS_FLAGS == 3;
   // MARLIN_WS_EARLY_TEST (a measurement): the test at step 1 must be for the fill awaited at
   // the same unit's end (step 1 before the last step).
   static constexpr bool EARLY_TEST =
@@ -3300,7 +3305,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // ahead into registers, were read long before): the producer may refill the slot.
         if constexpr (WS_FLAGS) {
           if (sub == 1 && unit > unit_start) flag_release(refill);
-          if constexpr (MARLIN_WS_FLAGS == 2) {
+          if constexpr (MARLIN_WS_FLAGS >= 2) {
             if (sub == 1) seen = flag_peek();
           }
         } else if constexpr (WS_PAIRS) {
@@ -3454,6 +3459,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     int slot = 0;
     uint32_t round = 0;
     int published = 0;   // (WS_FLAGS, thread 0) units of the stripe published as landed
+    if constexpr (WS_FLAGS && PUB_APART) {
+      if (tid == 0) {   // the publisher: every fill in order, as soon as it has landed
+        if (!MARLIN_NO_FILL) {
+          while (published < unit_end - unit_start) publish(published);
+        }
+        return;
+      }
+    }
     for (int unit = unit_start; unit < unit_end; unit++) {
       if (MARLIN_NO_FILL) break;   // (probes 16-18) no fills
       if constexpr (WS_FLAGS) {
@@ -3462,8 +3475,16 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // step 1 of unit - (STAGES - 1), after they saw it published. (The compute threads
         // wait for that unit at the end of the unit before it, after they released the one
         // before that at its step 1: the slot of this loop's previous fill.)
-        if (tid == 0 && unit - unit_start >= STAGES - 1) publish(published);
+        if (!PUB_APART && tid == 0 && unit - unit_start >= STAGES - 1) publish(published);
         if (round > 0) flag_wait_released(slot, round);
+        if (PUB_APART && tid == 1) {
+          // Thread 0's copies too (its offsets, then this thread's again).
+          tid = 0;
+          init_fetch_offsets();
+          fetch_to_shared(fetch, slot);
+          tid = 1;
+          init_fetch_offsets();
+        }
       } else {
         if (round > 0) mbar_wait(bar_empty() + 8 * slot, (round - 1) & 1u);
       }
@@ -3568,7 +3589,9 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
 #pragma unroll
       for (int s = 0; s < STAGES; s++) {
         // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
-        mbar_init(k.bar_full + 8 * s, K::COPY_T + (K::BULK ? 1 : 0));
+        // (MARLIN_WS_FLAGS 3: the publisher, producer thread 0, does not arrive.)
+        mbar_init(k.bar_full + 8 * s,
+                  K::COPY_T + (K::BULK ? 1 : 0) - (K::WS_FLAGS && K::PUB_APART ? 1 : 0));
         if constexpr (K::WS_FLAGS) {
           // The counters and the published count start at zero (__syncthreads below).
           asm volatile("st.shared::cta.v2.u32 [%0], {%1, %1};" ::"r"(k.bar_empty() + 8 * s),

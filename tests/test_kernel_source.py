@@ -97,7 +97,10 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_PAIRS=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
      # the hand-off through counters in shared memory (entry 98), with two and three A buffers
      ("MARLIN_WS_FLAGS=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_FLAGS=1", "t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws"),
-     ("MARLIN_WS_FLAGS=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2")]
+     ("MARLIN_WS_FLAGS=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
+     ("MARLIN_WS_FLAGS=2", WGMMA_CFG + "_ws"), ("MARLIN_WS_FLAGS=3", WGMMA_CFG + "_ws"),
+     ("MARLIN_WS_FLAGS=3", "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_ws_b2"),
+     ("MARLIN_WS_EARLY_TEST=1", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)

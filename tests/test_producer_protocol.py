@@ -193,7 +193,8 @@ def test_paired_handoff_releases_before_it_waits():
 
 
 def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
-                   lag: int | None = None) -> None:
+                   lag: int | None = None, apart: bool = False,
+                   unlanded: bool = False) -> None:
     """``MARLIN_WS_FLAGS`` (NOTES.md entry 98), with no mbarrier on the compute side. The
     producer's copies of a fill are two parts: thread 0's (the publisher's) and the other
     threads', each issued in unit order once the slot's counter shows ``warps`` releases per
@@ -202,7 +203,10 @@ def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
     the count i - lag + 1; after its last fill it publishes the rest. Each of ``warps`` compute
     warps moves on its own: it waits until the count shows the unit it needs (unit 0 first,
     then unit u + 1 at the end of unit u), and adds one to the counter of unit u - 1's slot at
-    step 1 of unit u. ``lag=stages`` publishes a fill later (for the negative test)."""
+    step 1 of unit u. ``lag=stages`` publishes a fill later (for the negative test).
+    ``apart=True`` is ``MARLIN_WS_FLAGS 3``: the publisher issues no copies (another thread
+    issues its part, gated only by the counter) and publishes each fill once it has landed.
+    ``unlanded=True`` publishes without waiting for the fill (for the negative test)."""
     lag = stages - 1 if lag is None else lag
     holds = [None] * stages            # unit whose bytes the slot holds, once both parts landed
     parts = [[0] * stages for _ in range(2)]   # per part: the round (fill index) landed per slot
@@ -220,7 +224,7 @@ def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
         i = issued[p]
         if i >= units:
             return False
-        if p == 0 and i >= lag and published < i - lag + 1:
+        if p == 0 and not apart and i >= lag and published < i - lag + 1:
             return False               # thread 0 publishes first
         rnd = i // stages
         return counter[i % stages] >= rnd * warps
@@ -233,8 +237,8 @@ def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
             if landed_parts[p] < issued[p]:
                 actors.append(("land", p))
         # thread 0's publication: before its part of fill i >= lag, or after its last fill
-        target = issued[0] - lag + 1 if issued[0] < units else units
-        if published < target and landed(published):
+        target = issued[0] - lag + 1 if issued[0] < units and not apart else units
+        if published < target and (unlanded or landed(published)):
             actors.append(("publish", None))
         for w, (unit, step, waiting) in enumerate(pos):
             if unit >= units:
@@ -277,12 +281,12 @@ def run_ring_flags(units: int, stages: int, steps: int, warps: int, choices,
 
 @settings(max_examples=300, deadline=None)
 @given(units=st.integers(1, 40), stages=st.integers(3, 8), seed=st.integers(0, 2**31 - 1),
-       steps=st.sampled_from([2, 4, 8]), warps=st.integers(1, 3))
+       steps=st.sampled_from([2, 4, 8]), warps=st.integers(1, 3), apart=st.booleans())
 def test_flag_handoff_never_reads_stale_nor_overwrites_live_slots(units, stages, seed, steps,
-                                                                  warps):
+                                                                  warps, apart):
     import random
     rng = random.Random(seed)
-    run_ring_flags(units, stages, steps, warps, lambda n: rng.randrange(n))
+    run_ring_flags(units, stages, steps, warps, lambda n: rng.randrange(n), apart=apart)
 
 
 def test_flag_handoff_publishes_in_time():
@@ -294,3 +298,14 @@ def test_flag_handoff_publishes_in_time():
     rng = random.Random(0)
     with pytest.raises(AssertionError, match="deadlock"):
         run_ring_flags(12, 3, 4, 2, lambda n: rng.randrange(n), lag=3)
+
+
+def test_flag_handoff_publishing_unlanded_fills_would_be_caught():
+    """The model is not vacuous: a publisher that does not wait on `full` lets a warp read a
+    slot before its fill has landed."""
+    import random
+    import pytest
+    rng = random.Random(0)
+    with pytest.raises(AssertionError, match="read unit"):
+        for _ in range(50):
+            run_ring_flags(12, 3, 4, 2, lambda n: rng.randrange(n), apart=True, unlanded=True)
