@@ -385,6 +385,12 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_PUB_RELAXED
 #define MARLIN_WS_PUB_RELAXED 0
 #endif
+// MARLIN_WS_POLL_SLEEP N (MARLIN_WS_FLAGS): the producer threads' poll of a slot's counter
+// sleeps N ns (nanosleep) between loads instead of spinning on shared memory beside the
+// tensor cores' reads (0: spin).
+#ifndef MARLIN_WS_POLL_SLEEP
+#define MARLIN_WS_POLL_SLEEP 0
+#endif
 #ifndef MARLIN_WS_EARLY_TEST
 #define MARLIN_WS_EARLY_TEST 0
 #endif
@@ -3413,11 +3419,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // MARLIN_WS_FLAGS (producer threads): spins until every compute warp has released `slot`
   // `rounds` times.
   __device__ __forceinline__ void flag_wait_released(int slot, uint32_t rounds) const {
-    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
-                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                 " setp.lt.u32 p, v, %1;\n"
-                 " @p bra POLL;\n}\n"
-                 ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS) : "memory");
+    if constexpr (MARLIN_WS_POLL_SLEEP > 0) {
+      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                   " setp.ge.u32 p, v, %1;\n"
+                   " @p bra DONE;\nPOLL:\n"
+                   " nanosleep.u32 %2;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                   " setp.lt.u32 p, v, %1;\n"
+                   " @p bra POLL;\nDONE:\n}\n"
+                   ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS),
+                   "r"(static_cast<uint32_t>(MARLIN_WS_POLL_SLEEP)) : "memory");
+    } else {
+      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                   " setp.lt.u32 p, v, %1;\n"
+                   " @p bra POLL;\n}\n"
+                   ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS) : "memory");
+    }
   }
 
   // MARLIN_WS_FLAGS (the publisher, producer thread 0): waits for the fill of the stripe's
