@@ -391,6 +391,11 @@ __device__ int marlin_early_off;
 #ifndef MARLIN_WS_POLL_SLEEP
 #define MARLIN_WS_POLL_SLEEP 0
 #endif
+// MARLIN_WS_COMPUTE_SLEEP N (MARLIN_WS_FLAGS): the compute threads' poll of the count, where
+// the fill has not been published yet, sleeps N ns between loads (0: spin).
+#ifndef MARLIN_WS_COMPUTE_SLEEP
+#define MARLIN_WS_COMPUTE_SLEEP 0
+#endif
 #ifndef MARLIN_WS_EARLY_TEST
 #define MARLIN_WS_EARLY_TEST 0
 #endif
@@ -3387,11 +3392,23 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // `seen`: a count loaded earlier (flag_peek; 0 for none): no load while it shows `n`.
   __device__ __forceinline__ void flag_wait(int n, uint32_t seen) const {
     if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
-    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
-                 " setp.ge.s32 p, v, %1;\n"
-                 " @p bra DONE;\n"
-                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                 " bra CHECK;\nDONE:\n}\n" ::"r"(flag_count()), "r"(n), "r"(seen) : "memory");
+    if constexpr (MARLIN_WS_COMPUTE_SLEEP > 0) {
+      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\n"
+                   " setp.ge.s32 p, v, %1;\n @p bra DONE;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\nCHECK:\n"
+                   " setp.ge.s32 p, v, %1;\n @p bra DONE;\n"
+                   " nanosleep.u32 %3;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                   " bra CHECK;\nDONE:\n}\n"
+                   ::"r"(flag_count()), "r"(n), "r"(seen),
+                   "r"(static_cast<uint32_t>(MARLIN_WS_COMPUTE_SLEEP)) : "memory");
+    } else {
+      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
+                   " setp.ge.s32 p, v, %1;\n"
+                   " @p bra DONE;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
+                   " bra CHECK;\nDONE:\n}\n" ::"r"(flag_count()), "r"(n), "r"(seen) : "memory");
+    }
   }
 
   // MARLIN_WS_FLAGS 2 (compute threads): the count now, for a flag_wait later (its value is

@@ -100,7 +100,9 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_FLAGS=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
      ("MARLIN_WS_FLAGS=2", WGMMA_CFG + "_ws"), ("MARLIN_WS_FLAGS=3", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_FLAGS=3", "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_ws_b2"),
-     ("MARLIN_WS_EARLY_TEST=1", WGMMA_CFG + "_ws")]
+     ("MARLIN_WS_EARLY_TEST=1", WGMMA_CFG + "_ws"),
+     ("MARLIN_WS_FLAGS=1,MARLIN_WS_PUB_RELAXED=1", WGMMA_CFG + "_ws"),
+     ("MARLIN_WS_FLAGS=3,MARLIN_WS_POLL_SLEEP=64,MARLIN_WS_COMPUTE_SLEEP=32", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -108,7 +110,7 @@ def test_experiment_switches_compile(monkeypatch, switch, name):
     cfg = KernelConfig.from_name(name)
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", switch)
     src = kernels.marlin_source(cfg)
-    assert src.startswith(f"#define {switch.replace('=', ' ')}\n")
+    assert src.startswith("".join(f"#define {d.replace('=', ' ')}\n" for d in switch.split(",")))
     _, reports = jit.compile_offline(src, "sm_90" + cfg.arch_suffix)
     assert kernels.marlin_entry(cfg) in {r.kernel for r in reports}
 
