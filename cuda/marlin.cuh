@@ -3384,31 +3384,32 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     return bar_empty() + 8 * slot;
   }
 
-  // MARLIN_WS_FLAGS (compute threads): spins until the publisher has counted `n` units of the
-  // stripe as landed. An acquire load of shared memory at CTA scope is a plain LDS on sm_90,
-  // which, unlike every mbarrier instruction and memory barrier, leaves this warp's wgmma
-  // groups in flight (entry 96); the loop is inside the asm so that the unrolled main loop
-  // stays one block.
-  // `seen`: a count loaded earlier (flag_peek; 0 for none): no load while it shows `n`.
-  __device__ __forceinline__ void flag_wait(int n, uint32_t seen) const {
-    if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
-    if constexpr (MARLIN_WS_COMPUTE_SLEEP > 0) {
-      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\n"
-                   " setp.ge.s32 p, v, %1;\n @p bra DONE;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\nCHECK:\n"
-                   " setp.ge.s32 p, v, %1;\n @p bra DONE;\n"
-                   " nanosleep.u32 %3;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                   " bra CHECK;\nDONE:\n}\n"
-                   ::"r"(flag_count()), "r"(n), "r"(seen),
-                   "r"(static_cast<uint32_t>(MARLIN_WS_COMPUTE_SLEEP)) : "memory");
+  // MARLIN_WS_FLAGS: spins until the word at shared address `addr` is at least `n`, from a
+  // value `seen` loaded earlier (no load while that suffices); with SLEEP_NS > 0 it sleeps that
+  // long before each load (MARLIN_WS_POLL_SLEEP, MARLIN_WS_COMPUTE_SLEEP). The loop is inside
+  // the asm so that the unrolled main loop stays one block.
+  template <int SLEEP_NS>
+  static __device__ __forceinline__ void poll_at_least(uint32_t addr, uint32_t n, uint32_t seen) {
+    if constexpr (SLEEP_NS > 0) {
+      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
+                   " setp.ge.u32 p, v, %1;\n @p bra DONE;\n nanosleep.u32 %3;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
+                   ::"r"(addr), "r"(n), "r"(seen), "r"(static_cast<uint32_t>(SLEEP_NS)) : "memory");
     } else {
       asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
-                   " setp.ge.s32 p, v, %1;\n"
-                   " @p bra DONE;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                   " bra CHECK;\nDONE:\n}\n" ::"r"(flag_count()), "r"(n), "r"(seen) : "memory");
+                   " setp.ge.u32 p, v, %1;\n @p bra DONE;\n"
+                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
+                   ::"r"(addr), "r"(n), "r"(seen) : "memory");
     }
+  }
+
+  // MARLIN_WS_FLAGS (compute threads): spins until the publisher has counted `n` units of the
+  // stripe as landed (an acquire load of shared memory at CTA scope is a plain LDS on sm_90,
+  // no mbarrier instruction or memory barrier; entry 98 measured what that is worth). `seen`:
+  // a count loaded earlier (flag_peek; 0 for none): no load while it shows `n`.
+  __device__ __forceinline__ void flag_wait(int n, uint32_t seen) const {
+    if (MARLIN_NO_FILL) return;   // (probes 16-18) nothing to wait for
+    poll_at_least<MARLIN_WS_COMPUTE_SLEEP>(flag_count(), static_cast<uint32_t>(n), seen);
   }
 
   // MARLIN_WS_FLAGS 2 (compute threads): the count now, for a flag_wait later (its value is
@@ -3436,24 +3437,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // MARLIN_WS_FLAGS (producer threads): spins until every compute warp has released `slot`
   // `rounds` times.
   __device__ __forceinline__ void flag_wait_released(int slot, uint32_t rounds) const {
-    if constexpr (MARLIN_WS_POLL_SLEEP > 0) {
-      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                   " setp.ge.u32 p, v, %1;\n"
-                   " @p bra DONE;\nPOLL:\n"
-                   " nanosleep.u32 %2;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                   " setp.lt.u32 p, v, %1;\n"
-                   " @p bra POLL;\nDONE:\n}\n"
-                   ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS),
-                   "r"(static_cast<uint32_t>(MARLIN_WS_POLL_SLEEP)) : "memory");
-    } else {
-      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                   " setp.lt.u32 p, v, %1;\n"
-                   " @p bra POLL;\n}\n"
-                   ::"r"(flag_counter(slot)), "r"(rounds * COMPUTE_WARPS) : "memory");
-    }
+    poll_at_least<MARLIN_WS_POLL_SLEEP>(flag_counter(slot), rounds * COMPUTE_WARPS, 0u);
   }
 
   // MARLIN_WS_FLAGS (the publisher, producer thread 0): waits for the fill of the stripe's
