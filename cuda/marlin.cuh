@@ -373,6 +373,9 @@ __device__ int marlin_early_off;
 // 3: as 2, with a publisher that issues no copies (its fence and release store are MEMBARs,
 // which would wait for copies of its own in flight): producer thread 1 issues thread 0's
 // copies besides its own, and thread 0 publishes each fill as soon as it has landed.
+// 4: as 2, with the publisher a whole warp (the producer's first): its 32 threads wait on
+// `full` and fence together and lane 0 stores, so no thread of a warp spins while the others
+// copy (in 1-3 the publisher is one lane of a warp whose other lanes issue copies).
 #ifndef MARLIN_WS_FLAGS
 #define MARLIN_WS_FLAGS 0
 #endif
@@ -1117,6 +1120,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool WS_FLAGS_ASKED = MARLIN_WS_FLAGS != 0 && WS_EARLY && WGMMA;
   // MARLIN_WS_FLAGS 3: the publisher (producer thread 0) issues no copies.
   static constexpr bool PUB_APART = MARLIN_WS_FLAGS == 3;
+  // MARLIN_WS_FLAGS 4: the producer's first warp publishes, all its lanes together.
+  static constexpr bool PUB_WARP = MARLIN_WS_FLAGS == 4;
   // MARLIN_WS_EARLY_TEST (a measurement): the test at step 1 must be for the fill awaited at
   // the same unit's end (step 1 before the last step).
   static constexpr bool EARLY_TEST =
@@ -3440,7 +3445,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     poll_at_least<MARLIN_WS_POLL_SLEEP>(flag_counter(slot), rounds * COMPUTE_WARPS, 0u);
   }
 
-  // MARLIN_WS_FLAGS (the publisher, producer thread 0): waits for the fill of the stripe's
+  // MARLIN_WS_FLAGS (the publisher: producer thread 0, or with 4 its first warp): waits for the fill of the stripe's
   // unit `done` (slot and parity as the compute threads' bulk_wait walks them), orders its
   // cp.async writes (generic proxy) before wgmma's reads (async proxy), and publishes
   // done + 1 units with a release store.
@@ -3451,6 +3456,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if constexpr (MARLIN_WS_PUB_RELAXED) {
       asm volatile("st.relaxed.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
                    : "memory");
+    } else if constexpr (PUB_WARP) {
+      // (every lane waited and fenced; lane 0 stores, predicated: no branch in the warp)
+      fence_proxy_async_shared();
+      asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %2, 0;\n"
+                   " @p st.release.cta.shared::cta.b32 [%0], %1;\n}\n"
+                   ::"r"(flag_count()), "r"(done), "r"(static_cast<uint32_t>(lane)) : "memory");
     } else {
       fence_proxy_async_shared();
       asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(flag_count()), "r"(done)
@@ -3495,7 +3506,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // step 1 of unit - (STAGES - 1), after they saw it published. (The compute threads
         // wait for that unit at the end of the unit before it, after they released the one
         // before that at its step 1: the slot of this loop's previous fill.)
-        if (!PUB_APART && tid == 0 && unit - unit_start >= STAGES - 1) publish(published);
+        if (!PUB_APART && (PUB_WARP ? tid < 32 : tid == 0) && unit - unit_start >= STAGES - 1)
+          publish(published);
         if (round > 0) flag_wait_released(slot, round);
         if (PUB_APART && tid == 1) {
           // Thread 0's copies too (its offsets, then this thread's again).
@@ -3518,7 +3530,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     }
     // WS_FLAGS: the fills not yet published (the last STAGES - 1, or all of a shorter stripe).
     if constexpr (WS_FLAGS) {
-      if (tid == 0 && !MARLIN_NO_FILL) {
+      if ((PUB_WARP ? tid < 32 : tid == 0) && !MARLIN_NO_FILL) {
         while (published < unit_end - unit_start) publish(published);
       }
     }

@@ -100,6 +100,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_FLAGS=1", "t128_m1_n16_k8_s3_g8_fp32par_sw2_wg_ws_b2"),
      ("MARLIN_WS_FLAGS=2", WGMMA_CFG + "_ws"), ("MARLIN_WS_FLAGS=3", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_FLAGS=3", "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_ws_b2"),
+     ("MARLIN_WS_FLAGS=4", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_EARLY_TEST=1", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_FLAGS=1,MARLIN_WS_PUB_RELAXED=1", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_FLAGS=3,MARLIN_WS_POLL_SLEEP=64,MARLIN_WS_COMPUTE_SLEEP=32", WGMMA_CFG + "_ws")]
