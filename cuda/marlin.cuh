@@ -524,6 +524,62 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #endif
 }
 
+// Measurement builds' synchronisation (NOTES.md entries 96-98; MARLIN_WS_EARLY_TEST,
+// MARLIN_WS_FLAGS and scripts/dequant_rate.py's kinds). All sm_90.
+// 1 if the phase of parity `parity` of `bar` has completed (mbarrier.test_wait: no wait).
+__device__ __forceinline__ uint32_t mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+#endif
+  return ok;
+}
+
+// mbar_wait, with no try_wait where an earlier mbar_test saw the phase completed (`landed`).
+__device__ __forceinline__ void mbar_wait_unless(uint32_t bar, uint32_t parity, uint32_t landed) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p bra DONE;\nWAIT:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               " @!p bra WAIT;\nDONE:\n}\n" ::"r"(landed), "r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+// The word at shared address `addr`, loaded with acquire semantics at CTA scope (a plain LDS).
+__device__ __forceinline__ uint32_t ld_acquire_shared(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// Lane 0 of the calling warp adds one to the word at shared address `addr` (relaxed). ptxas
+// makes the predicated add a branch region (BSSY/BSYNC); in dequant_rate.py's kind 19 that
+// region, between wgmma groups in flight, serialized every wgmma of the loop (entry 98), in
+// the kernel's wgmma loop it did not: check the DEPBARs of a loop that uses it.
+__device__ __forceinline__ void red_add_lane0(uint32_t addr, uint32_t lane) {
+  asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
+               " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
+               ::"r"(addr), "r"(lane) : "memory");
+}
+
+// Spins until the word at shared address `addr` is at least `n`, from a value `seen` loaded
+// earlier (no load while that suffices); with SLEEP_NS > 0 it sleeps that long before each
+// load. The loop is inside the asm so that an unrolled main loop stays one block.
+template <int SLEEP_NS>
+__device__ __forceinline__ void poll_at_least(uint32_t addr, uint32_t n, uint32_t seen) {
+  if constexpr (SLEEP_NS > 0) {
+    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
+                 " setp.ge.u32 p, v, %1;\n @p bra DONE;\n nanosleep.u32 %3;\n"
+                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
+                 ::"r"(addr), "r"(n), "r"(seen), "r"(static_cast<uint32_t>(SLEEP_NS)) : "memory");
+  } else {
+    asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
+                 " setp.ge.u32 p, v, %1;\n @p bra DONE;\n"
+                 " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
+                 ::"r"(addr), "r"(n), "r"(seen) : "memory");
+  }
+}
+
 // `bytes` (a multiple of 16) from global to shared memory, both 16-byte aligned, completing on
 // `bar` as transaction bytes. Called by a whole warp with the same operands in every lane: one
 // lane, chosen by elect.sync, issues the copy (so the compiler needs no loop over the lanes).
@@ -1118,10 +1174,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool WS_PAIRS = MARLIN_WS_PAIRS != 0 && WS_EARLY && WGMMA;
   // MARLIN_WS_FLAGS: the hand-off through counters in shared memory (WG_DEFER and DYN below).
   static constexpr bool WS_FLAGS_ASKED = MARLIN_WS_FLAGS != 0 && WS_EARLY && WGMMA;
-  // MARLIN_WS_FLAGS 3: the publisher (producer thread 0) issues no copies.
-  static constexpr bool PUB_APART = MARLIN_WS_FLAGS == 3;
-  // MARLIN_WS_FLAGS 4: the producer's first warp publishes, all its lanes together.
-  static constexpr bool PUB_WARP = MARLIN_WS_FLAGS == 4;
   // MARLIN_WS_EARLY_TEST (a measurement): the test at step 1 must be for the fill awaited at
   // the same unit's end (step 1 before the last step).
   static constexpr bool EARLY_TEST =
@@ -1211,6 +1263,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // at step 0, nor with drawn chunks or bulk copies); elsewhere the build keeps the mbarriers.
   static constexpr bool WS_FLAGS = WS_FLAGS_ASKED && !WG_DEFER && !DYN && !BULK;
   static_assert(!(WS_FLAGS && WS_PAIRS), "MARLIN_WS_FLAGS and MARLIN_WS_PAIRS: one at a time");
+  // MARLIN_WS_FLAGS 3: the publisher (producer thread 0) issues no copies.
+  static constexpr bool PUB_APART = WS_FLAGS && MARLIN_WS_FLAGS == 3;
+  // MARLIN_WS_FLAGS 4: the producer's first warp publishes, all its lanes together.
+  static constexpr bool PUB_WARP = WS_FLAGS && MARLIN_WS_FLAGS == 4;
   // Compute warps (MARLIN_WS_FLAGS: each adds one to a slot's counter when it releases it).
   static constexpr uint32_t COMPUTE_WARPS = THREADS / 32;
   // BULK: one bulk copy per row of a slot's weights, group scales and zero points.
@@ -1612,20 +1668,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 
   // (EARLY_TEST) Whether the fill that bulk_wait(stage) will await has landed (no wait).
   __device__ __forceinline__ uint32_t bulk_test(int stage) const {
-    uint32_t ok;
-    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(ok) : "r"(bar_full + 8 * stage), "r"(full_parity) : "memory");
-    return ok;
+    return mbar_test(bar_full + 8 * stage, full_parity);
   }
 
   // (EARLY_TEST) bulk_wait(stage), with no try_wait where bulk_test saw the fill landed.
   __device__ __forceinline__ void bulk_wait_unless(int stage, uint32_t landed) {
     if (MARLIN_NO_FILL) return;
-    asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p bra DONE;\nWAIT:\n"
-                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " @!p bra WAIT;\nDONE:\n}\n"
-                 ::"r"(landed), "r"(bar_full + 8 * stage), "r"(full_parity) : "memory");
+    mbar_wait_unless(bar_full + 8 * stage, full_parity, landed);
     if (stage == STAGES - 1) full_parity ^= 1u;
   }
 
@@ -3389,25 +3438,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     return bar_empty() + 8 * slot;
   }
 
-  // MARLIN_WS_FLAGS: spins until the word at shared address `addr` is at least `n`, from a
-  // value `seen` loaded earlier (no load while that suffices); with SLEEP_NS > 0 it sleeps that
-  // long before each load (MARLIN_WS_POLL_SLEEP, MARLIN_WS_COMPUTE_SLEEP). The loop is inside
-  // the asm so that the unrolled main loop stays one block.
-  template <int SLEEP_NS>
-  static __device__ __forceinline__ void poll_at_least(uint32_t addr, uint32_t n, uint32_t seen) {
-    if constexpr (SLEEP_NS > 0) {
-      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
-                   " setp.ge.u32 p, v, %1;\n @p bra DONE;\n nanosleep.u32 %3;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
-                   ::"r"(addr), "r"(n), "r"(seen), "r"(static_cast<uint32_t>(SLEEP_NS)) : "memory");
-    } else {
-      asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %2;\nCHECK:\n"
-                   " setp.ge.u32 p, v, %1;\n @p bra DONE;\n"
-                   " ld.acquire.cta.shared::cta.b32 v, [%0];\n bra CHECK;\nDONE:\n}\n"
-                   ::"r"(addr), "r"(n), "r"(seen) : "memory");
-    }
-  }
-
   // MARLIN_WS_FLAGS (compute threads): spins until the publisher has counted `n` units of the
   // stripe as landed (an acquire load of shared memory at CTA scope is a plain LDS on sm_90,
   // no mbarrier instruction or memory barrier; entry 98 measured what that is worth). `seen`:
@@ -3420,10 +3450,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // MARLIN_WS_FLAGS 2 (compute threads): the count now, for a flag_wait later (its value is
   // not needed until then, so the load's latency hides behind the steps between).
   __device__ __forceinline__ uint32_t flag_peek() const {
-    uint32_t v;
-    asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];" : "=r"(v) : "r"(flag_count())
-                 : "memory");
-    return v;
+    return ld_acquire_shared(flag_count());
   }
 
   // MARLIN_WS_FLAGS (compute threads): this warp is done with `slot`: lane 0 adds one to its
@@ -3434,9 +3461,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // by the dequantization of those groups' fragments (without WG_DEFER nothing else reads a
   // slot), so each of them returned its value before an instruction that has completed.
   __device__ __forceinline__ void flag_release(int slot) const {
-    asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
-                 " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
-                 ::"r"(flag_counter(slot)), "r"(static_cast<uint32_t>(lane)) : "memory");
+    red_add_lane0(flag_counter(slot), static_cast<uint32_t>(lane));
   }
 
   // MARLIN_WS_FLAGS (producer threads): spins until every compute warp has released `slot`
@@ -3445,8 +3470,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     poll_at_least<MARLIN_WS_POLL_SLEEP>(flag_counter(slot), rounds * COMPUTE_WARPS, 0u);
   }
 
-  // MARLIN_WS_FLAGS (the publisher: producer thread 0, or with 4 its first warp): waits for the fill of the stripe's
-  // unit `done` (slot and parity as the compute threads' bulk_wait walks them), orders its
+  // MARLIN_WS_FLAGS (the publisher: producer thread 0, or with 4 its first warp): waits for
+  // the fill of the stripe's unit `done` (slot and parity as the compute threads' bulk_wait walks them), orders its
   // cp.async writes (generic proxy) before wgmma's reads (async proxy), and publishes
   // done + 1 units with a release store.
   __device__ __forceinline__ void publish(int& done) {
@@ -3489,9 +3514,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #endif
     int slot = 0;
     uint32_t round = 0;
-    int published = 0;   // (WS_FLAGS, thread 0) units of the stripe published as landed
-    if constexpr (WS_FLAGS && PUB_APART) {
-      if (tid == 0) {   // the publisher: every fill in order, as soon as it has landed
+    int published = 0;   // (WS_FLAGS, the publisher) units of the stripe published as landed
+    // (WS_FLAGS) this thread publishes: thread 0, or with PUB_WARP the first warp
+    const bool publisher = PUB_WARP ? tid < 32 : tid == 0;
+    if constexpr (PUB_APART) {
+      if (publisher) {   // every fill in order, as soon as it has landed
         if (!MARLIN_NO_FILL) {
           while (published < unit_end - unit_start) publish(published);
         }
@@ -3506,8 +3533,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         // step 1 of unit - (STAGES - 1), after they saw it published. (The compute threads
         // wait for that unit at the end of the unit before it, after they released the one
         // before that at its step 1: the slot of this loop's previous fill.)
-        if (!PUB_APART && (PUB_WARP ? tid < 32 : tid == 0) && unit - unit_start >= STAGES - 1)
-          publish(published);
+        if (!PUB_APART && publisher && unit - unit_start >= STAGES - 1) publish(published);
         if (round > 0) flag_wait_released(slot, round);
         if (PUB_APART && tid == 1) {
           // Thread 0's copies too (its offsets, then this thread's again).
@@ -3530,7 +3556,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     }
     // WS_FLAGS: the fills not yet published (the last STAGES - 1, or all of a shorter stripe).
     if constexpr (WS_FLAGS) {
-      if ((PUB_WARP ? tid < 32 : tid == 0) && !MARLIN_NO_FILL) {
+      if (publisher && !MARLIN_NO_FILL) {
         while (published < unit_end - unit_start) publish(published);
       }
     }
@@ -3623,7 +3649,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
         // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
         // (MARLIN_WS_FLAGS 3: the publisher, producer thread 0, does not arrive.)
         mbar_init(k.bar_full + 8 * s,
-                  K::COPY_T + (K::BULK ? 1 : 0) - (K::WS_FLAGS && K::PUB_APART ? 1 : 0));
+                  K::COPY_T + (K::BULK ? 1 : 0) - (K::PUB_APART ? 1 : 0));
         if constexpr (K::WS_FLAGS) {
           // The counters and the published count start at zero (__syncthreads below).
           asm volatile("st.shared::cta.v2.u32 [%0], {%1, %1};" ::"r"(k.bar_empty() + 8 * s),

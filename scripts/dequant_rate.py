@@ -88,13 +88,6 @@ __device__ __forceinline__ void mbar_wait_relaxed(uint32_t bar, uint32_t parity)
                " @!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
-__device__ __forceinline__ uint32_t mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-               " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-  return ok;
-}
-
 template <int J> struct WordsOf;
 template <> struct WordsOf<2> { using T = uint2; };
 template <> struct WordsOf<4> { using T = uint4; };
@@ -144,6 +137,9 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
   uint32_t cur[J], nxt[J];
   uint32_t tested = 0;   // FENCE 9: the test_wait results, kept alive through the output
   uint32_t seen = 0;     // FENCE 16-19: what the early load or test saw
+  // FENCE 11-19: the flag word (a non-zero scale) and kinds 14 and 19's release counter
+  const uint32_t flag = mc::smem_addr(ssm + 255);
+  auto red_lane0 = [&]() { mc::red_add_lane0(mc::smem_addr(ssm + 256), threadIdx.x % 32); };
   load_words<J>(wsm + wt * J, cur);
   for (int it = 0; it < iters; it++) {
     half2 m0, c0, m1, c1;
@@ -180,29 +176,15 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
       mc::wgmma_wait_keep<D>(wa[(sub + 1) % (D + 1)]);
       if constexpr (FENCE >= 16) {
         if (sub == 1) {   // early: the flag's load (or the barrier's test) and kind 19's release
-          if constexpr (FENCE == 16 || FENCE == 19) {
-            asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];" : "=r"(seen)
-                         : "r"(mc::smem_addr(ssm + 255)) : "memory");
-          } else {
-            seen = mbar_test(full_bar, 0u);
-          }
-          if constexpr (FENCE == 19) {
-            asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
-                         " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
-                         ::"r"(mc::smem_addr(ssm + 256)), "r"(threadIdx.x % 32) : "memory");
-          }
+          if constexpr (FENCE == 16 || FENCE == 19) seen = mc::ld_acquire_shared(flag);
+          else seen = mc::mbar_test(full_bar, 0u);
+          if constexpr (FENCE == 19) red_lane0();
         }
         if (sub == U - 1) {   // late: wait only if the early look saw nothing
           if constexpr (FENCE == 16 || FENCE == 19) {
-            asm volatile("{\n .reg .pred p;\n .reg .b32 v;\n mov.b32 v, %0;\nCHECK:\n"
-                         " setp.ne.u32 p, v, 0;\n @p bra DONE;\n"
-                         " ld.acquire.cta.shared::cta.b32 v, [%1];\n bra CHECK;\nDONE:\n}\n"
-                         ::"r"(seen), "r"(mc::smem_addr(ssm + 255)) : "memory");
+            mc::poll_at_least<0>(flag, 1u, seen);
           } else {
-            asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p bra DONE;\nWAIT:\n"
-                         " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                         " @!p bra WAIT;\nDONE:\n}\n"
-                         ::"r"(seen), "r"(full_bar), "r"(0u) : "memory");
+            mc::mbar_wait_unless(full_bar, 0u, seen);
             if constexpr (FENCE == 18) mc::fence_proxy_async_shared();
           }
         }
@@ -225,32 +207,23 @@ __device__ __forceinline__ void dq_loop(float* out, int iters) {
             if ((threadIdx.x & 31) == 0) mc::mbar_wait(full_bar, 0u);
             __syncwarp();
           }
-          if constexpr (FENCE == 9) tested += mbar_test(full_bar, 0u);
+          if constexpr (FENCE == 9) tested += mc::mbar_test(full_bar, 0u);
           if constexpr (FENCE == 10) asm volatile("bar.sync 1, %0;" ::"r"(blockDim.x) : "memory");
           if constexpr (FENCE == 11) {
             while (*reinterpret_cast<volatile uint32_t*>(ssm + 255) == 0u) {}
           }
           if constexpr (FENCE == 12) {
-            uint32_t f;
-            do {
-              asm volatile("ld.acquire.cta.shared.b32 %0, [%1];" : "=r"(f)
-                           : "r"(mc::smem_addr(ssm + 255)) : "memory");
-            } while (f == 0u);
+            while (mc::ld_acquire_shared(flag) == 0u) {}
           }
           if constexpr (FENCE == 14 || FENCE == 15) {
             // The flag word holds a non-zero scale: the poll passes at once, as kind 12's.
-            asm volatile("{\n .reg .pred p;\n .reg .b32 v;\nPOLL:\n"
-                         " ld.acquire.cta.shared::cta.b32 v, [%0];\n"
-                         " setp.eq.u32 p, v, 0;\n @p bra POLL;\n}\n"
-                         ::"r"(mc::smem_addr(ssm + 255)) : "memory");
-            const uint32_t rel = mc::smem_addr(ssm + 256);
+            mc::poll_at_least<0>(flag, 1u, 0u);
             if constexpr (FENCE == 14) {
-              asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n"
-                           " @p red.relaxed.cta.shared::cta.add.u32 [%0], 1;\n}\n"
-                           ::"r"(rel), "r"(threadIdx.x % 32) : "memory");
+              red_lane0();
             } else {
               asm volatile("st.relaxed.cta.shared::cta.b32 [%0], %1;"
-                           ::"r"(rel + 4 * (threadIdx.x / 32)), "r"(it) : "memory");
+                           ::"r"(mc::smem_addr(ssm + 256) + 4 * (threadIdx.x / 32)), "r"(it)
+                           : "memory");
             }
           }
           if constexpr (FENCE == 1 || FENCE == 3 || FENCE == 7) mc::fence_proxy_async_shared();
