@@ -7,8 +7,11 @@ values and says what to do.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import sys
 import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -340,10 +343,30 @@ def fp16_reduce_grid(units: int, k_tiles: int, grid: int,
     return max(1, min(grid, -(-units // (need - 1)) - 1))
 
 
-@functools.lru_cache(maxsize=4096)
-def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
-          config: KernelConfig | None, max_ctas: int | None, pdl: bool = False,
-          fma_scales: bool = False) -> Plan:
+class _PlanCache:
+    """``_plan``'s cache: an LRU cache of plans whose ``cache_clear()`` also retires every
+    launch that ``matmul``'s fast path prepared from them (``generation``), so that a kernel
+    swapped in by ``use_kernel``, a reload or an in-process tune applies to the next call."""
+
+    def __init__(self, fn):
+        self._cached = functools.lru_cache(maxsize=4096)(fn)
+        self.generation = 0
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        return self._cached(*args)
+
+    def cache_clear(self):
+        self.generation += 1
+        self._cached.cache_clear()
+
+    def cache_info(self):
+        return self._cached.cache_info()
+
+
+def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
+                   config: KernelConfig | None, max_ctas: int | None, pdl: bool = False,
+                   fma_scales: bool = False) -> Plan:
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
         m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"],
@@ -412,6 +435,9 @@ def _plan(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
                 slots * cfg.tile_m * cfg.tile_n, n_locks, fma)
 
 
+_plan = _PlanCache(_plan_uncached)
+
+
 def use_scale_fma(cfg: KernelConfig, has_zp: bool, fma_scales: bool) -> bool:
     """Whether a launch of ``cfg`` takes the build with the group scale inside the unpacking:
     symmetric weights whose scales all lie below ``config.FMA_SCALE_LIMIT`` (``fma_scales``),
@@ -459,6 +485,16 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (``KernelConfig.wg_defer``) rounds differently; ``True``: as ``None``, but a weight whose
     scales do not allow it is an error instead of the two-step form.
     """
+    if FAST_PATH:
+        y = _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma)
+        if y is not _MISS:
+            return y
+    return _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma)
+
+
+def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
+    """``matmul`` with every check, CuPy's launch (or ``pdl.launch``), and the launch prepared
+    for the fast path where the call allows one."""
     cp = _cupy()
     is_torch = type(x).__module__.startswith("torch")
     launch_stream = launch_stream_for(x, stream)
@@ -532,7 +568,187 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
+        if FAST_PATH and not capturing and mw.perm is None:
+            kind = _call_kind(x, out, stream)
+            if kind is not None:
+                _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out,
+                                   pdl, config, max_ctas, scale_fma),
+                         mw, plan, ws, args, launch_stream.ptr, lead + (n,), pdl)
     return out if out is not None else out_cp
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path: a call like one made before on this thread
+# ---------------------------------------------------------------------------------------------
+#: Whether ``matmul`` takes its fast path. A call whose signature (device, stream, weight, the
+#: shape of ``x``, whether ``out`` is given, and the options) matches one that this thread made
+#: before through every check reuses that call's plan, workspace and prepared arguments: it
+#: checks only what may differ between such calls (``x``'s and ``out``'s dtype, layout,
+#: alignment and device; the weight's arrays; the workspace's buffers; whether the stream
+#: captures a graph now) and launches through the driver with ``x``'s and ``out``'s addresses
+#: written into the prepared arguments. Any other call, and any of those checks that fails, goes
+#: through ``_matmul_checked``, which raises the same errors as always. False: every call takes
+#: that path (tests and ``scripts/host_probe.py`` compare the two; the results are the same bits).
+#: Not taken: graph captures, act-order weights, inputs other than CuPy arrays and torch tensors,
+#: torch tensors with an explicit ``stream``, and outputs of the other library.
+FAST_PATH = True
+_FAST_MAX = 4096                 # prepared launches per thread before the cache starts over
+_F16 = np.dtype(np.float16)
+_tls = threading.local()
+_MISS = object()
+
+
+class _Launch:
+    """A launch prepared by ``_matmul_checked`` for the fast path: the kernel, its grid and its
+    arguments as ctypes holders (``x_arg`` and ``out_arg`` rewritten per call), and what must
+    still hold for it to apply."""
+    __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "holders",
+                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream",
+                 "pdl_config", "pdl_attr")
+
+
+def _arrays_of(mw) -> tuple:
+    return (id(mw.qweight), id(mw.scales), id(mw.zeros), id(mw.perm))
+
+
+def _call_kind(x, out, stream):
+    """0 for CuPy ``x`` (and ``out``), 1 for torch ``x`` (and ``out``) on torch's current
+    stream, None where the fast path never applies."""
+    cp = sys.modules["cupy"]
+    if type(x) is cp.ndarray:
+        return 0 if out is None or type(out) is cp.ndarray else None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and stream is None:
+        return 1 if out is None or isinstance(out, torch.Tensor) else None
+    return None
+
+
+def _fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas, scale_fma) -> tuple:
+    return (kind, device, stream_ptr, id(mw), tuple(x.shape), out is None, bool(pdl), config,
+            max_ctas, scale_fma)
+
+
+@functools.lru_cache(maxsize=None)
+def _cu_launch_kernel():
+    """``cuLaunchKernel`` from the CUDA driver library (RuntimeError if it cannot be loaded)."""
+    vp, ui = ctypes.c_void_p, ctypes.c_uint
+    return _pdl.driver_function("cuLaunchKernel", (vp, ui, ui, ui, ui, ui, ui, ui, vp,
+                                                   ctypes.POINTER(ctypes.c_void_p), vp))
+
+
+def _torch_stream_ptr(torch) -> int:
+    """The handle of torch's current stream on its current device (``launch_stream_for``'s), by
+    torch's raw-stream query where it has one."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(torch.cuda.current_device()))
+    return int(torch.cuda.current_stream().cuda_stream)
+
+
+def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bool):
+    """Remember the launch ``_matmul_checked`` just made, for the fast path."""
+    cache = getattr(_tls, "launches", None)
+    if cache is None or len(cache) >= _FAST_MAX:
+        cache = _tls.launches = {}
+    try:
+        _cu_launch_kernel()
+        if pdl:
+            _pdl._driver()
+    except RuntimeError:
+        return                        # no driver entry point: every call takes the checked path
+    rec = _Launch()
+    rec.weight = weakref.ref(mw)
+    rec.arrays = _arrays_of(mw)
+    rec.ws, rec.locks, rec.scratch = ws, ws.locks, ws.scratch
+    rec.gen = _plan.generation
+    rec.out_shape = out_shape
+    rec.holders = [_pdl._arg(a) for a in args]
+    rec.params = (ctypes.c_void_p * len(rec.holders))(
+        *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in rec.holders])
+    rec.x_arg, rec.out_arg = rec.holders[0], rec.holders[4]
+    rec.function = plan.kernel.kernel.ptr
+    rec.grid, rec.threads, rec.smem, rec.stream = plan.grid, plan.threads, plan.smem, stream_ptr
+    rec.pdl_config = rec.pdl_attr = None
+    if pdl:
+        rec.pdl_attr = _pdl.LaunchAttribute()
+        rec.pdl_attr.id = _pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        rec.pdl_attr.value.programmatic_stream_serialization_allowed = 1
+        rec.pdl_config = _pdl.LaunchConfig(plan.grid, 1, 1, plan.threads, 1, 1, plan.smem,
+                                           ctypes.c_void_p(stream_ptr),
+                                           ctypes.pointer(rec.pdl_attr), 1)
+    cache[key] = rec
+
+
+def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
+    """``matmul`` for a call like one this thread made before (``FAST_PATH``), or ``_MISS``."""
+    cache = getattr(_tls, "launches", None)
+    if not cache:
+        return _MISS
+    cp = sys.modules["cupy"]
+    kind = _call_kind(x, out, stream)
+    if kind is None:
+        return _MISS
+    if kind == 0:
+        s = stream if stream is not None else cp.cuda.get_current_stream()
+        stream_ptr = s.ptr
+    else:
+        torch = sys.modules["torch"]
+        stream_ptr = _torch_stream_ptr(torch)
+    device = cp.cuda.runtime.getDevice()
+    rec = cache.get(_fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas,
+                              scale_fma))
+    if (rec is None or rec.gen != _plan.generation or rec.weight() is not mw
+            or _arrays_of(mw) != rec.arrays or rec.ws.locks is not rec.locks
+            or rec.ws.scratch is not rec.scratch):
+        return _MISS
+    try:
+        if cp.cuda.runtime.streamIsCapturing(stream_ptr):
+            return _MISS
+    except Exception:                 # the checked path says what is wrong
+        return _MISS
+    if kind == 0:
+        if x.dtype != _F16 or not x.flags.c_contiguous or x.data.device_id != device:
+            return _MISS
+        x_ptr = x.data.ptr
+        if out is None:
+            if stream is None:
+                y = cp.empty(rec.out_shape, dtype=cp.float16)
+            else:
+                with stream:          # the pool ties the block to the stream that uses it
+                    y = cp.empty(rec.out_shape, dtype=cp.float16)
+        else:
+            if (out.dtype != _F16 or out.shape != rec.out_shape or not out.flags.c_contiguous
+                    or out.data.device_id != device):
+                return _MISS
+            y = out
+        y_ptr = y.data.ptr
+    else:
+        if x.dtype is not torch.float16 or x.get_device() != device or not x.is_contiguous():
+            return _MISS
+        x_ptr = x.data_ptr()
+        if out is None:
+            y = torch.empty(rec.out_shape, dtype=torch.float16, device=x.device)
+        else:
+            if (out.dtype is not torch.float16 or out.get_device() != device
+                    or tuple(out.shape) != rec.out_shape or not out.is_contiguous()):
+                return _MISS
+            y = out
+        y_ptr = y.data_ptr()
+    if x_ptr % 16 or y_ptr % 16:
+        return _MISS
+    rec.x_arg.value = x_ptr
+    rec.out_arg.value = y_ptr
+    if rec.pdl_config is None:
+        err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
+                                  rec.stream, rec.params, None)
+        if err != 0:
+            raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
+    else:
+        err = _pdl._driver()(ctypes.byref(rec.pdl_config), ctypes.c_void_p(rec.function),
+                             rec.params, None)
+        if err != 0:
+            raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+    return y
 
 
 def launch_stream_for(x, stream=None):

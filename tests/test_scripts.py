@@ -833,3 +833,21 @@ def test_power_table_ranges_over_records():
     # A record that is not the power probe's is refused.
     with pytest.raises(ValueError):
         pt.energy_rows({"kind": "bench", "rows": []})
+
+
+def test_host_probe_markdown_speedups_are_torch_fp16_over_ours():
+    hp = _load("host_probe")
+    host = {v: float(i + 1) for i, v in enumerate(hp.VARIANTS)}
+    eager = {v: 100.0 for v in hp.VARIANTS}
+    eager.update(marlin=50.0, marlin_checked=80.0, marlin_torch=200.0, torch_fp16=120.0)
+    row = {"set": "llama2-7b", "m": 1, "layers": 4, "host_us": host, "eager_block_us": eager,
+           "gpu_block_us": {v: 40.0 for v in hp.VARIANTS}}
+    md = hp.markdown({"environment": {"device": {"name": "GPU"}, "git_commit": "abcdef1234567890",
+                                      "date": "2026-12-03"},
+                      "variants": list(hp.VARIANTS), "rows": [row], "outputs_equal": True})
+    line = [ln for ln in md.splitlines() if ln.startswith("| llama2-7b")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    nv = len(hp.VARIANTS)
+    assert cells[2:2 + nv] == [f"{i + 1}.0" for i in range(nv)]
+    assert cells[2 + nv:] == ["50.0", "80.0", "200.0", "40.0", "120.0", "40.0", "2.40", "0.60"]
+    assert "GPU" in md and "abcdef123456" in md

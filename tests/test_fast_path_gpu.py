@@ -1,0 +1,247 @@
+"""``matmul``'s fast path (``ops.FAST_PATH``): a call like one this thread made before reuses its
+plan and prepared arguments and launches through the driver. It must give the checked path's
+bits, take the checked path (and its errors) for anything it cannot vouch for, and never launch
+with something stale: a kernel swapped in since (``use_kernel``, a reload, a tune), a workspace
+buffer that was replaced, a weight whose arrays were replaced, a stream that now captures.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import marlin_cupy as mc
+from marlin_cupy import ops
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+
+def _weight(k, n, zp=False, act=False, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
+    qw = mc.quantize(w, bits=4, group_size=128, sym=not zp)
+    if act:
+        g_idx = (rng.permutation(k) // 128).astype(np.int32)
+        qw = mc.QuantizedWeight(qw.q, qw.scales, qw.zeros, g_idx, 4, 128)
+    return mc.pack(qw).to_device()
+
+
+def _x(m, k, seed=1):
+    return cp.asarray(np.random.default_rng(seed).standard_normal((m, k)).astype(np.float16))
+
+
+def _same(a, b):
+    return bool(cp.array_equal(a.view(cp.uint16), b.view(cp.uint16)))
+
+
+@pytest.fixture
+def checked_calls(monkeypatch):
+    """How many calls went through the checked path (``_matmul_checked``)."""
+    count = {"n": 0}
+    real = ops._matmul_checked
+
+    def counting(*args):
+        count["n"] += 1
+        return real(*args)
+    monkeypatch.setattr(ops, "_matmul_checked", counting)
+    return count
+
+
+def _slow(x, mw, **kw):
+    saved = ops.FAST_PATH
+    ops.FAST_PATH = False
+    try:
+        return mc.matmul(x, mw, **kw)
+    finally:
+        ops.FAST_PATH = saved
+
+
+def _need_pdl(pdl):
+    if pdl and int(ops.device_facts()["cc"]) < 90:
+        pytest.skip("pdl=True needs compute capability 9.0+")
+
+
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+@pytest.mark.parametrize("zp", [False, True], ids=["sym", "zp"])
+@pytest.mark.parametrize("m", [1, 16, 48, 64, 130])
+def test_second_call_is_fast_and_bitwise_the_checked_one(m, zp, pdl, checked_calls):
+    _need_pdl(pdl)
+    mw = _weight(1024, 1536, zp=zp, seed=m)
+    x = _x(m, 1024, seed=m + 1)
+    want = _slow(x, mw, pdl=pdl)
+    out = cp.full((m, 1536), cp.nan, dtype=cp.float16)
+    before = checked_calls["n"]
+    first = mc.matmul(x, mw, pdl=pdl)
+    second = mc.matmul(x, mw, pdl=pdl)
+    third = mc.matmul(x, mw, out=out, pdl=pdl)
+    fourth = mc.matmul(x, mw, out=out, pdl=pdl)
+    cp.cuda.get_current_stream().synchronize()
+    # first and third prepared their launches (the first call of each signature), second and
+    # fourth took the fast path
+    assert checked_calls["n"] - before == 2
+    assert third is out and fourth is out
+    for y in (first, second, out):
+        assert _same(y, want)
+
+
+def test_new_inputs_of_the_same_shape_take_the_fast_path(checked_calls):
+    mw = _weight(2048, 1024)
+    mc.matmul(_x(16, 2048), mw)
+    before = checked_calls["n"]
+    for seed in range(5):
+        x = _x(16, 2048, seed=seed + 10)
+        assert _same(mc.matmul(x, mw), _slow(x, mw))
+    assert checked_calls["n"] == before
+
+
+@pytest.mark.parametrize("bad", ["dtype", "strided", "misaligned", "out_shape", "out_dtype",
+                                 "out_strided", "k"])
+def test_a_bad_call_after_a_good_one_raises_the_checked_error(bad):
+    m, k, n = 8, 1024, 1536
+    mw = _weight(k, n)
+    mc.matmul(_x(m, k), mw)
+    mc.matmul(_x(m, k), mw, out=cp.empty((m, n), dtype=cp.float16))
+    x, out = _x(m, k), None
+    if bad == "dtype":
+        x = x.astype(cp.float32)
+    elif bad == "strided":
+        x = _x(m, 2 * k)[:, ::2]
+    elif bad == "misaligned":
+        x = cp.concatenate([cp.zeros(1, cp.float16), _x(m, k).ravel()])[1:].reshape(m, k)
+    elif bad == "out_shape":
+        out = cp.empty((m, n + 64), dtype=cp.float16)
+    elif bad == "out_dtype":
+        out = cp.empty((m, n), dtype=cp.float32)
+    elif bad == "out_strided":
+        out = cp.empty((m, 2 * n), dtype=cp.float16)[:, ::2]
+    elif bad == "k":
+        x = _x(m, k + 128)
+    with pytest.raises(ValueError):
+        mc.matmul(x, mw, out=out)
+
+
+def test_a_swapped_kernel_or_cleared_plans_apply_at_once(checked_calls):
+    mw = _weight(1024, 2048)
+    x = _x(4, 1024)
+    mc.matmul(x, mw)
+    p = ops.plan(4, 2048, 1024, 128, fma_scales=bool(mw.fma_scales))
+    probe = ops.build_kernel(p.config, False, prefix="#define MARLIN_PROBE 5\n", fma=p.scale_fma)
+    before = checked_calls["n"]
+    with ops.use_kernel(p.config, probe, fma=p.scale_fma):
+        mc.matmul(x, mw)
+        mc.matmul(x, mw)
+        # the launch prepared inside the block is the swapped-in build's
+        assert probe.kernel.ptr in {r.function for r in ops._tls.launches.values()}
+    cp.cuda.get_current_stream().synchronize()
+    assert _same(mc.matmul(x, mw), _slow(x, mw))
+    ops._plan.cache_clear()                   # as a tune in this process does
+    mc.matmul(x, mw)
+    mc.matmul(x, mw)
+    # use_kernel's entry and its exit each retired the prepared launches, then the clear did
+    assert checked_calls["n"] - before == 3
+
+
+def test_a_replaced_workspace_buffer_is_never_used(checked_calls):
+    small = _weight(1024, 1024)
+    big = _weight(8192, 8192, seed=3)
+    xs, xb = _x(64, 1024), _x(128, 8192)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        mc.matmul(xs, small)
+        scratch = ops.workspace(stream).scratch
+        mc.matmul(xb, big)                    # needs more partial sums: the scratch grows
+        grown = ops.workspace(stream).scratch is not scratch
+        before = checked_calls["n"]
+        y = mc.matmul(xs, small)
+        want = _slow(xs, small)
+    stream.synchronize()
+    assert _same(y, want)
+    if grown:
+        assert checked_calls["n"] - before == 1
+
+
+def test_replaced_weight_arrays_are_read_anew(checked_calls):
+    mw = _weight(1024, 1536)
+    other = _weight(1024, 1536, seed=9)
+    x = _x(16, 1024)
+    before_swap = mc.matmul(x, mw)
+    mc.matmul(x, mw)
+    mw.qweight, mw.scales = other.qweight, other.scales
+    after = mc.matmul(x, mw)
+    assert _same(after, _slow(x, mw))
+    assert not _same(after, before_swap)
+
+
+def test_act_order_weights_always_take_the_checked_path(checked_calls):
+    mw = _weight(1024, 1536, act=True)
+    x = _x(16, 1024)
+    before = checked_calls["n"]
+    ys = [mc.matmul(x, mw) for _ in range(3)]
+    assert checked_calls["n"] - before == 3
+    assert all(_same(y, ys[0]) for y in ys)
+
+
+def test_a_capture_after_eager_calls_uses_the_capture_workspace(checked_calls):
+    mw = _weight(1024, 1536, zp=True)
+    x = _x(16, 1024)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        want = mc.matmul(x, mw)
+        mc.matmul(x, mw)
+        before = checked_calls["n"]
+        stream.begin_capture()
+        y = mc.matmul(x, mw)
+        graph = stream.end_capture()
+        assert checked_calls["n"] - before == 1
+        y.fill(cp.nan)
+        graph.launch(stream)
+    stream.synchronize()
+    assert _same(y, want)
+    assert not bool(ops.workspace(stream, captured=False).locks.any())
+
+
+def test_each_thread_prepares_its_own_launches(checked_calls):
+    mw = _weight(1024, 1536)
+    x = _x(8, 1024)
+    mc.matmul(x, mw)
+    got, before = {}, checked_calls["n"]
+
+    def other():
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            got["y"] = [mc.matmul(x, mw) for _ in range(2)]
+        s.synchronize()
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert checked_calls["n"] - before == 1
+    assert all(_same(y, _slow(x, mw)) for y in got["y"])
+
+
+def test_torch_calls_take_the_fast_path_on_torch_streams(checked_calls):
+    torch = pytest.importorskip("torch")
+    mw = _weight(1024, 1536)
+    x = _x(32, 1024)
+    xt = torch.from_dlpack(x)
+    want = _slow(x, mw)
+    mc.matmul(xt, mw)
+    before = checked_calls["n"]
+    yt = mc.matmul(xt, mw)
+    assert isinstance(yt, torch.Tensor)
+    out = torch.full((32, 1536), float("nan"), dtype=torch.float16, device=xt.device)
+    mc.matmul(xt, mw, out=out)
+    mc.matmul(xt, mw, out=out)
+    assert checked_calls["n"] - before == 1
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):             # another current stream: another signature
+        ys = mc.matmul(xt, mw)
+        ys2 = mc.matmul(xt, mw)
+    side.synchronize()
+    torch.cuda.synchronize()
+    assert checked_calls["n"] - before == 2
+    for y in (yt, out, ys, ys2):
+        assert _same(cp.from_dlpack(y), want)
+    with pytest.raises(ValueError):
+        mc.matmul(xt.float(), mw)
+    with pytest.raises(ValueError):
+        mc.matmul(xt, mw, out=out[:, :1024])
