@@ -496,6 +496,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     """``matmul`` with every check, CuPy's launch (or ``pdl.launch``), and the launch prepared
     for the fast path where the call allows one."""
     cp = _cupy()
+    out_arg = out                     # the caller's (``out`` is the output from here on)
     is_torch = type(x).__module__.startswith("torch")
     launch_stream = launch_stream_for(x, stream)
     check_pdl(pdl, None)
@@ -569,9 +570,9 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
         if FAST_PATH and not capturing and mw.perm is None:
-            kind = _call_kind(x, out, stream)
+            kind = _call_kind(x, out_arg, stream)
             if kind is not None:
-                _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out,
+                _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
                                    pdl, config, max_ctas, scale_fma),
                          mw, plan, ws, args, launch_stream.ptr, lead + (n,), pdl)
     return out if out is not None else out_cp
