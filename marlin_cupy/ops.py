@@ -569,12 +569,12 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
-        if FAST_PATH and not capturing and mw.perm is None:
+        if FAST_PATH and not capturing and mw.perm is None and not pdl:
             kind = _call_kind(x, out_arg, stream)
             if kind is not None:
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
                                    pdl, config, max_ctas, scale_fma),
-                         mw, plan, ws, args, launch_stream.ptr, lead + (n,), pdl)
+                         mw, plan, ws, args, launch_stream.ptr, lead + (n,))
     return out if out is not None else out_cp
 
 
@@ -590,8 +590,10 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
 #: written into the prepared arguments. Any other call, and any of those checks that fails, goes
 #: through ``_matmul_checked``, which raises the same errors as always. False: every call takes
 #: that path (tests and ``scripts/host_probe.py`` compare the two; the results are the same bits).
-#: Not taken: graph captures, act-order weights, inputs other than CuPy arrays and torch tensors,
-#: torch tensors with an explicit ``stream``, and outputs of the other library.
+#: Not taken: ``pdl=True`` (launched back to back that fast, some PDL launches overlapped and
+#: gave wrong sums: benchmarks/NOTES.md entry 99), graph captures, act-order weights, inputs
+#: other than CuPy arrays and torch tensors, torch tensors with an explicit ``stream``, and
+#: outputs of the other library.
 FAST_PATH = True
 _FAST_MAX = 4096                 # prepared launches per thread before the cache starts over
 _F16 = np.dtype(np.float16)
@@ -604,8 +606,7 @@ class _Launch:
     arguments as ctypes holders (``x_arg`` and ``out_arg`` rewritten per call), and what must
     still hold for it to apply."""
     __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "holders",
-                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream",
-                 "pdl_config", "pdl_attr")
+                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream")
 
 
 def _arrays_of(mw) -> tuple:
@@ -646,15 +647,13 @@ def _torch_stream_ptr(torch) -> int:
     return int(torch.cuda.current_stream().cuda_stream)
 
 
-def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bool):
-    """Remember the launch ``_matmul_checked`` just made, for the fast path."""
+def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
+    """Remember the launch ``_matmul_checked`` just made (without PDL), for the fast path."""
     cache = getattr(_tls, "launches", None)
     if cache is None or len(cache) >= _FAST_MAX:
         cache = _tls.launches = {}
     try:
         _cu_launch_kernel()
-        if pdl:
-            _pdl._driver()
     except RuntimeError:
         return                        # no driver entry point: every call takes the checked path
     rec = _Launch()
@@ -669,21 +668,13 @@ def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bo
     rec.x_arg, rec.out_arg = rec.holders[0], rec.holders[4]
     rec.function = plan.kernel.kernel.ptr
     rec.grid, rec.threads, rec.smem, rec.stream = plan.grid, plan.threads, plan.smem, stream_ptr
-    rec.pdl_config = rec.pdl_attr = None
-    if pdl:
-        rec.pdl_attr = _pdl.LaunchAttribute()
-        rec.pdl_attr.id = _pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        rec.pdl_attr.value.programmatic_stream_serialization_allowed = 1
-        rec.pdl_config = _pdl.LaunchConfig(plan.grid, 1, 1, plan.threads, 1, 1, plan.smem,
-                                           ctypes.c_void_p(stream_ptr),
-                                           ctypes.pointer(rec.pdl_attr), 1)
     cache[key] = rec
 
 
 def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     """``matmul`` for a call like one this thread made before (``FAST_PATH``), or ``_MISS``."""
     cache = getattr(_tls, "launches", None)
-    if not cache:
+    if not cache or pdl:
         return _MISS
     cp = sys.modules["cupy"]
     kind = _call_kind(x, out, stream)
@@ -739,16 +730,10 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         return _MISS
     rec.x_arg.value = x_ptr
     rec.out_arg.value = y_ptr
-    if rec.pdl_config is None:
-        err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
-                                  rec.stream, rec.params, None)
-        if err != 0:
-            raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
-    else:
-        err = _pdl._driver()(ctypes.byref(rec.pdl_config), ctypes.c_void_p(rec.function),
-                             rec.params, None)
-        if err != 0:
-            raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+    err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
+                              rec.stream, rec.params, None)
+    if err != 0:
+        raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
     return y
 
 
