@@ -296,6 +296,17 @@ def pdl_padded_smem(smem: int, per_sm: int, smem_per_sm: int, reserved: int,
     return max(smem, min(smem_optin, smem_per_sm // per_sm - reserved))
 
 
+def pdl_allowed(cfg: KernelConfig) -> bool:
+    """Whether ``matmul(..., pdl=True)`` launches ``cfg`` with programmatic dependent launch.
+    Not the ``mma.sync`` configs of 128 threads and two CTAs per SM (on the H200 the
+    ``t128_m1_n4_k8_s4_g8_fp32par`` family of the tuned table, M <= 16 on layers up to 4096
+    wide): enqueued back to back about four times faster than ``matmul``'s checked path enqueues
+    them, their PDL launches gave wrong sums in six GPU tests, and the cause is not found yet
+    (benchmarks/NOTES.md entry 99). They launch as with ``pdl=False``: the same bits, without
+    PDL's overlap."""
+    return cfg.wgmma or not (cfg.threads == 128 and cfg.blocks_per_sm == 2)
+
+
 def check_pdl(pdl, device_cc: str | None):
     """``pdl`` must be a bool, and True only where programmatic dependent launch exists
     (compute capability 9.0 and newer)."""
@@ -321,6 +332,7 @@ class Plan(NamedTuple):
     scratch_floats: int
     locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk)
     scale_fma: bool = False  # the kernel applies the group scale inside the unpacking
+    pdl: bool = False        # launched with programmatic dependent launch (``pdl_allowed``)
 
 
 #: FP16 partial sums (``fp32_reduce=False``, name ``_fp16``) are rounded to FP16 at every
@@ -373,6 +385,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         facts["sms"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
+    pdl = bool(pdl) and pdl_allowed(cfg)
     if max_ctas is not None and max_ctas < 1:
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
@@ -432,7 +445,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         if kernel.max_dynamic_shared_size_bytes < smem:
             kernel.max_dynamic_shared_size_bytes = smem
     return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
-                slots * cfg.tile_m * cfg.tile_n, n_locks, fma)
+                slots * cfg.tile_m * cfg.tile_n, n_locks, fma, pdl)
 
 
 _plan = _PlanCache(_plan_uncached)
@@ -473,6 +486,17 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (``qweight``, ``scales``, ``zeros``), since they are read before the wait. Writing ``x``
     there is fine (a norm before the projection, say). Outputs are bitwise those of
     ``pdl=False``. The gain needs the kernel before to let this one start early (ours do).
+    The ``mma.sync`` configs of 128 threads and two CTAs per SM launch without PDL for now
+    (``pdl_allowed``; benchmarks/NOTES.md entry 99).
+
+    Host cost: a call like one this thread made before (the same weight, shape of ``x``,
+    stream, options, and ``out`` given or not) takes a fast path (``FAST_PATH``): it checks only
+    what can differ between such calls and launches through the driver with the prepared
+    arguments, 10-16 µs of host time per call on the H200's host against 26-47 µs through every
+    check (torch tensors: 15-24 against 111-199 µs; NOTES.md entry 99). Eager callers see it:
+    a llama2-7b block at M = 1 launched layer after layer took 59.5 µs of wall time for 55.0 of
+    GPU time, and 173.2 µs before. ``pdl=True`` calls, graph captures and act-order weights
+    always take the checked path.
 
     ``scale_fma``: the group scale inside the unpacking (one fp16 FMA per pair of weights instead
     of a bias subtraction and a scale multiply; 1.5-5 % faster from M = 128 on, NOTES.md entry
@@ -565,7 +589,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
         args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
                 np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
-        if pdl:
+        if plan.pdl:
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
