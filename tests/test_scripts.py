@@ -851,3 +851,23 @@ def test_host_probe_markdown_speedups_are_torch_fp16_over_ours():
     assert cells[2:2 + nv] == [f"{i + 1}.0" for i in range(nv)]
     assert cells[2 + nv:] == ["50.0", "80.0", "200.0", "40.0", "120.0", "40.0", "2.40", "0.60"]
     assert "GPU" in md and "abcdef123456" in md
+
+
+def test_pdl_race_probe_problem_and_markdown():
+    pr = _load("pdl_race_probe")
+    from marlin_cupy.config import KernelConfig
+    cfg = KernelConfig.from_name("t128_m1_n4_k8_s4_g8_fp32par_b2")
+    assert pr.problem(cfg) == (197, 16 * cfg.tile_k, 2 * cfg.tile_n)
+    form = {"wrong": 0, "host_us_per_launch": 12.0}
+    row = {"config": cfg.name, "m": 197, "k": 2048, "n": 128, "allowed": False,
+           "fresh": dict(form, wrong=3), "prepared": form, "spin": form, "plain": form,
+           "locks_zero": True}
+    md = pr.markdown({"environment": {"device": {"name": "GPU"}, "git_commit": "0123456789abcdef",
+                                      "date": "2026-12-03"}, "launches": 20,
+                      "forms": list(pr.FORMS), "rows": [row, {"config": "c", "m": 1, "k": 2,
+                                                              "n": 3, "skipped": "no"}],
+                      "configs_wrong": [cfg.name]})
+    line = [ln for ln in md.splitlines() if ln.startswith(f"| {cfg.name}")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == "False" and cells[5] == "3 (12.0 µs)" and cells[-1] == "True"
+    assert "skipped: no" in md and cfg.name in md.splitlines()[-1]
