@@ -614,10 +614,10 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
 #: written into the prepared arguments. Any other call, and any of those checks that fails, goes
 #: through ``_matmul_checked``, which raises the same errors as always. False: every call takes
 #: that path (tests and ``scripts/host_probe.py`` compare the two; the results are the same bits).
-#: Not taken: ``pdl=True`` (launched back to back that fast, some PDL launches overlapped and
-#: gave wrong sums: benchmarks/NOTES.md entry 99), graph captures, act-order weights, inputs
-#: other than CuPy arrays and torch tensors, torch tensors with an explicit ``stream``, and
-#: outputs of the other library.
+#: Not taken: ``pdl=True`` (launched through it, about 12 µs apart, the PDL launches of one
+#: config family gave wrong sums, for a cause not yet found: benchmarks/NOTES.md entry 99),
+#: graph captures, act-order weights, inputs other than CuPy arrays and torch tensors, torch
+#: tensors with an explicit ``stream``, and outputs of the other library.
 FAST_PATH = True
 _FAST_MAX = 4096                 # prepared launches per thread before the cache starts over
 _F16 = np.dtype(np.float16)
