@@ -296,6 +296,16 @@ def pdl_padded_smem(smem: int, per_sm: int, smem_per_sm: int, reserved: int,
     return max(smem, min(smem_optin, smem_per_sm // per_sm - reserved))
 
 
+def pad_for_pdl(kernel, smem: int, per_sm: int, facts: dict) -> int:
+    """``pdl_padded_smem`` for ``kernel`` on the device of ``facts`` (``device_facts``), with the
+    kernel's dynamic shared memory limit raised to it: what a ``pdl=True`` plan launches with."""
+    smem = pdl_padded_smem(smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],
+                           facts["smem_optin"])
+    if kernel.max_dynamic_shared_size_bytes < smem:
+        kernel.max_dynamic_shared_size_bytes = smem
+    return smem
+
+
 def pdl_allowed(cfg: KernelConfig) -> bool:
     """Whether ``matmul(..., pdl=True)`` launches ``cfg`` with programmatic dependent launch.
     Not the ``mma.sync`` configs of 128 threads and two CTAs per SM (on the H200 the
@@ -440,10 +450,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
     smem = cfg.smem_bytes(has_zp)
     if pdl:
-        smem = pdl_padded_smem(smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],
-                               facts["smem_optin"])
-        if kernel.max_dynamic_shared_size_bytes < smem:
-            kernel.max_dynamic_shared_size_bytes = smem
+        smem = pad_for_pdl(kernel, smem, per_sm, facts)
     return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
                 slots * cfg.tile_m * cfg.tile_n, n_locks, fma, pdl)
 
@@ -597,7 +604,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             kind = _call_kind(x, out_arg, stream)
             if kind is not None:
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
-                                   pdl, config, max_ctas, scale_fma),
+                                   config, max_ctas, scale_fma),
                          mw, plan, ws, args, launch_stream.ptr, lead + (n,))
     return out if out is not None else out_cp
 
@@ -649,9 +656,10 @@ def _call_kind(x, out, stream):
     return None
 
 
-def _fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas, scale_fma) -> tuple:
-    return (kind, device, stream_ptr, id(mw), tuple(x.shape), out is None, bool(pdl), config,
-            max_ctas, scale_fma)
+def _fast_key(kind, device, stream_ptr, mw, x, out, config, max_ctas, scale_fma) -> tuple:
+    """The signature a prepared launch applies to (``pdl=True`` calls never have one)."""
+    return (kind, device, stream_ptr, id(mw), tuple(x.shape), out is None, config, max_ctas,
+            scale_fma)
 
 
 @functools.lru_cache(maxsize=None)
@@ -711,8 +719,7 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         torch = sys.modules["torch"]
         stream_ptr = _torch_stream_ptr(torch)
     device = cp.cuda.runtime.getDevice()
-    rec = cache.get(_fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas,
-                              scale_fma))
+    rec = cache.get(_fast_key(kind, device, stream_ptr, mw, x, out, config, max_ctas, scale_fma))
     if (rec is None or rec.gen != _plan.generation or rec.weight() is not mw
             or _arrays_of(mw) != rec.arrays or rec.ws.locks is not rec.locks
             or rec.ws.scratch is not rec.scratch):

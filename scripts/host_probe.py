@@ -150,7 +150,7 @@ def eager_block(fn, n_layers: int, rounds: int, stream) -> float:
     return (time.perf_counter() - t0) * 1e6 / rounds
 
 
-def profile_marlin(fn, n_layers: int, calls: int, spin, stream) -> str:
+def profile_calls(fn, n_layers: int, calls: int, spin, stream) -> str:
     prof = cProfile.Profile()
     spin(calls * SPIN_US_PER_CALL * 3)
     prof.enable()
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
                       flush=True)
                 if a.profile and m == ms[0]:
                     for v in ("marlin", "marlin_torch"):
-                        profiles[f"{v}, {set_name} M={m}"] = profile_marlin(
+                        profiles[f"{v}, {set_name} M={m}"] = profile_calls(
                             fns[v], n, a.calls, timer.spin, stream)
             del layers
             cp.get_default_memory_pool().free_all_blocks()

@@ -50,14 +50,9 @@ def problem(cfg) -> tuple:
 def pdl_build(ops, cfg, plan):
     """The config's ``pdl=True`` build and the padded shared memory ``matmul`` launched it
     with before ``ops.pdl_allowed`` (whatever that rule says now)."""
-    facts = ops.device_facts()
     ker = ops._kernel(cfg, False, pdl=True, fma=plan.scale_fma)
     per_sm = min(cfg.blocks_per_sm, ops._resident(ker, cfg, False))
-    smem = ops.pdl_padded_smem(plan.smem, per_sm, facts["smem_per_sm"], facts["smem_reserved"],
-                               facts["smem_optin"])
-    if ker.max_dynamic_shared_size_bytes < smem:
-        ker.max_dynamic_shared_size_bytes = smem
-    return ker, smem
+    return ker, ops.pad_for_pdl(ker, plan.smem, per_sm, ops.device_facts())
 
 
 def run_config(name: str, launches: int, spin) -> dict:
