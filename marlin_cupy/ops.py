@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import re
 import sys
 import threading
 import weakref
@@ -132,7 +133,24 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
                              arch_suffix=cfg.arch_suffix)
     ker = module.get_function(kernels.marlin_entry(cfg, has_zp, fma))
     ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
+    probe = re.search(r"#define\s+MARLIN_PROBE\s+(\d+)", prefix)
+    if probe and int(probe.group(1)) in STAMP_PROBES:
+        _stamping.add(ker.kernel.ptr)
     return ker
+
+
+#: The ``MARLIN_PROBE`` builds that write a timeline into the locks workspace, past the
+#: counters of the launch, at ``locks[grid + 16 * cta + i]`` (cuda/marlin.cuh, MARLIN_STAMPS).
+#: Those ints are counters of a launch with a larger grid: left there, they give it wrong sums
+#: (benchmarks/NOTES.md entry 100). ``use_kernel`` sizes and clears the workspace for them.
+STAMP_PROBES = frozenset({4, 5, 10, 18})
+STAMP_INTS = 16                  # ints per CTA that a stamping build writes past the counters
+_stamping: set = set()           # function handles of the stamping builds ``build_kernel`` made
+
+
+def stamps_timeline(kernel) -> bool:
+    """Whether ``kernel`` is a stamping ``MARLIN_PROBE`` build made by ``build_kernel``."""
+    return getattr(getattr(kernel, "kernel", None), "ptr", None) in _stamping
 
 
 def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False, fma: bool = False):
@@ -187,8 +205,17 @@ def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False, fma: bool = Fals
     the plan reports (``Plan.scale_fma``). An A/B against the default dispatch builds its A
     with the ``fma`` that ``use_scale_fma`` gives the weight. Plans hold their kernel, so they
     are dropped on the way in and out; a probe that only swapped the kernel dict once timed
-    the same build twice."""
-    key = (_cupy().cuda.Device().id, cfg.compiled, has_zp)
+    the same build twice.
+
+    A stamping probe build (``STAMP_PROBES``: it writes its timeline into the stream's locks
+    past the launch's counters) is planned with room for its stamps, and on the way out, once
+    the device is idle, every workspace's locks of this device are zeroed again. Inside the
+    block, the stamps of one launch are counters to a launch of another config with a larger
+    grid on that stream: zero ``workspace(stream).locks`` before such a launch, as
+    scripts/timeline_probe.py does."""
+    cp = _cupy()
+    device_id = cp.cuda.Device().id
+    key = (device_id, cfg.compiled, has_zp)
     saved = _overrides.get(key)
     _overrides[key] = (kernel, bool(fma))
     _plan.cache_clear()
@@ -200,6 +227,22 @@ def use_kernel(cfg: KernelConfig, kernel, has_zp: bool = False, fma: bool = Fals
         else:
             _overrides[key] = saved
         _plan.cache_clear()
+        if stamps_timeline(kernel):
+            _zero_locks(device_id)
+
+
+def _zero_locks(device_id: int):
+    """Every workspace's locks on ``device_id`` back to zero, with the device idle before and
+    after (no launch in flight reads them meanwhile)."""
+    cp = _cupy()
+    with cp.cuda.Device(device_id):
+        cp.cuda.Device().synchronize()
+        with _lock:
+            spaces = [ws for (dev, _, _), ws in _workspaces.items() if dev == device_id]
+        for ws in spaces:
+            if ws.locks is not None:
+                ws.locks.fill(0)
+        cp.cuda.Device().synchronize()
 
 
 def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
@@ -306,17 +349,6 @@ def pad_for_pdl(kernel, smem: int, per_sm: int, facts: dict) -> int:
     return smem
 
 
-def pdl_allowed(cfg: KernelConfig) -> bool:
-    """Whether ``matmul(..., pdl=True)`` launches ``cfg`` with programmatic dependent launch.
-    Not the ``mma.sync`` configs of 128 threads and two CTAs per SM (on the H200 the
-    ``t128_m1_n4_k8_s4_g8_fp32par`` family of the tuned table, M <= 16 on layers up to 4096
-    wide): enqueued back to back about four times faster than ``matmul``'s checked path enqueues
-    them, their PDL launches gave wrong sums in six GPU tests, and the cause is not found yet
-    (benchmarks/NOTES.md entry 99). They launch as with ``pdl=False``: the same bits, without
-    PDL's overlap."""
-    return cfg.wgmma or not (cfg.threads == 128 and cfg.blocks_per_sm == 2)
-
-
 def check_pdl(pdl, device_cc: str | None):
     """``pdl`` must be a bool, and True only where programmatic dependent launch exists
     (compute capability 9.0 and newer)."""
@@ -340,9 +372,10 @@ class Plan(NamedTuple):
     parallel: int
     smem: int
     scratch_floats: int
-    locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk)
+    locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk;
+    #                         more for early-bottom builds and stamping probe builds)
     scale_fma: bool = False  # the kernel applies the group scale inside the unpacking
-    pdl: bool = False        # launched with programmatic dependent launch (``pdl_allowed``)
+    pdl: bool = False        # launched with programmatic dependent launch (``pdl=True``)
 
 
 #: FP16 partial sums (``fp32_reduce=False``, name ``_fp16``) are rounded to FP16 at every
@@ -395,7 +428,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         facts["sms"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
-    pdl = bool(pdl) and pdl_allowed(cfg)
+    pdl = bool(pdl)
     if max_ctas is not None and max_ctas < 1:
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
@@ -448,6 +481,9 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         # TOP_SUM builds (top_sum): a partial per CTA there instead.
         per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel
         n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
+    if stamps_timeline(kernel):
+        # A stamping probe build (use_kernel): its timeline lies past the counters.
+        n_locks = max(n_locks, (STAMP_INTS + 1) * grid)
     smem = cfg.smem_bytes(has_zp)
     if pdl:
         smem = pad_for_pdl(kernel, smem, per_sm, facts)
@@ -493,8 +529,6 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (``qweight``, ``scales``, ``zeros``), since they are read before the wait. Writing ``x``
     there is fine (a norm before the projection, say). Outputs are bitwise those of
     ``pdl=False``. The gain needs the kernel before to let this one start early (ours do).
-    The ``mma.sync`` configs of 128 threads and two CTAs per SM launch without PDL for now
-    (``pdl_allowed``; benchmarks/NOTES.md entry 99).
 
     Host cost: a call like one this thread made before (the same weight, shape of ``x``,
     stream, options, and ``out`` given or not) takes a fast path (``FAST_PATH``): it checks only
@@ -502,8 +536,8 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     arguments, 10-16 µs of host time per call on the H200's host against 26-47 µs through every
     check (torch tensors: 15-24 against 111-199 µs; NOTES.md entry 99). Eager callers see it:
     a llama2-7b block at M = 1 launched layer after layer took 59.5 µs of wall time for 55.0 of
-    GPU time, and 173.2 µs before. ``pdl=True`` calls, graph captures and act-order weights
-    always take the checked path.
+    GPU time, and 173.2 µs before. Graph captures and act-order weights always take the
+    checked path.
 
     ``scale_fma``: the group scale inside the unpacking (one fp16 FMA per pair of weights instead
     of a bias subtraction and a scale multiply; 1.5-5 % faster from M = 128 on, NOTES.md entry
@@ -600,11 +634,11 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
-        if FAST_PATH and not capturing and mw.perm is None and not pdl:
+        if FAST_PATH and not capturing and mw.perm is None:
             kind = _call_kind(x, out_arg, stream)
             if kind is not None:
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
-                                   config, max_ctas, scale_fma),
+                                   pdl, config, max_ctas, scale_fma),
                          mw, plan, ws, args, launch_stream.ptr, lead + (n,))
     return out if out is not None else out_cp
 
@@ -621,10 +655,9 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
 #: written into the prepared arguments. Any other call, and any of those checks that fails, goes
 #: through ``_matmul_checked``, which raises the same errors as always. False: every call takes
 #: that path (tests and ``scripts/host_probe.py`` compare the two; the results are the same bits).
-#: Not taken: ``pdl=True`` (launched through it, about 12 µs apart, the PDL launches of one
-#: config family gave wrong sums, for a cause not yet found: benchmarks/NOTES.md entry 99),
-#: graph captures, act-order weights, inputs other than CuPy arrays and torch tensors, torch
-#: tensors with an explicit ``stream``, and outputs of the other library.
+#: ``pdl=True`` calls launch through ``cuLaunchKernelEx`` with a prepared launch configuration.
+#: Not taken: graph captures, act-order weights, inputs other than CuPy arrays and torch
+#: tensors, torch tensors with an explicit ``stream``, and outputs of the other library.
 FAST_PATH = True
 _FAST_MAX = 4096                 # prepared launches per thread before the cache starts over
 _F16 = np.dtype(np.float16)
@@ -637,7 +670,8 @@ class _Launch:
     arguments as ctypes holders (``x_arg`` and ``out_arg`` rewritten per call), and what must
     still hold for it to apply."""
     __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "holders",
-                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream")
+                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream",
+                 "pdl_config", "pdl_attr")
 
 
 def _arrays_of(mw) -> tuple:
@@ -656,10 +690,10 @@ def _call_kind(x, out, stream):
     return None
 
 
-def _fast_key(kind, device, stream_ptr, mw, x, out, config, max_ctas, scale_fma) -> tuple:
-    """The signature a prepared launch applies to (``pdl=True`` calls never have one)."""
-    return (kind, device, stream_ptr, id(mw), tuple(x.shape), out is None, config, max_ctas,
-            scale_fma)
+def _fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas, scale_fma) -> tuple:
+    """The signature a prepared launch applies to."""
+    return (kind, device, stream_ptr, id(mw), tuple(x.shape), out is None, bool(pdl), config,
+            max_ctas, scale_fma)
 
 
 @functools.lru_cache(maxsize=None)
@@ -680,12 +714,14 @@ def _torch_stream_ptr(torch) -> int:
 
 
 def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
-    """Remember the launch ``_matmul_checked`` just made (without PDL), for the fast path."""
+    """Remember the launch ``_matmul_checked`` just made, for the fast path."""
     cache = getattr(_tls, "launches", None)
     if cache is None or len(cache) >= _FAST_MAX:
         cache = _tls.launches = {}
     try:
         _cu_launch_kernel()
+        if plan.pdl:
+            _pdl._driver()
     except RuntimeError:
         return                        # no driver entry point: every call takes the checked path
     rec = _Launch()
@@ -700,13 +736,21 @@ def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
     rec.x_arg, rec.out_arg = rec.holders[0], rec.holders[4]
     rec.function = plan.kernel.kernel.ptr
     rec.grid, rec.threads, rec.smem, rec.stream = plan.grid, plan.threads, plan.smem, stream_ptr
+    rec.pdl_config = rec.pdl_attr = None
+    if plan.pdl:                      # pdl.launch's configuration, kept with its attribute
+        rec.pdl_attr = _pdl.LaunchAttribute()
+        rec.pdl_attr.id = _pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        rec.pdl_attr.value.programmatic_stream_serialization_allowed = 1
+        rec.pdl_config = _pdl.LaunchConfig(plan.grid, 1, 1, plan.threads, 1, 1, plan.smem,
+                                           ctypes.c_void_p(stream_ptr),
+                                           ctypes.pointer(rec.pdl_attr), 1)
     cache[key] = rec
 
 
 def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     """``matmul`` for a call like one this thread made before (``FAST_PATH``), or ``_MISS``."""
     cache = getattr(_tls, "launches", None)
-    if not cache or pdl:
+    if not cache:
         return _MISS
     cp = sys.modules["cupy"]
     kind = _call_kind(x, out, stream)
@@ -719,7 +763,8 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         torch = sys.modules["torch"]
         stream_ptr = _torch_stream_ptr(torch)
     device = cp.cuda.runtime.getDevice()
-    rec = cache.get(_fast_key(kind, device, stream_ptr, mw, x, out, config, max_ctas, scale_fma))
+    rec = cache.get(_fast_key(kind, device, stream_ptr, mw, x, out, pdl, config, max_ctas,
+                              scale_fma))
     if (rec is None or rec.gen != _plan.generation or rec.weight() is not mw
             or _arrays_of(mw) != rec.arrays or rec.ws.locks is not rec.locks
             or rec.ws.scratch is not rec.scratch):
@@ -761,10 +806,16 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         return _MISS
     rec.x_arg.value = x_ptr
     rec.out_arg.value = y_ptr
-    err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
-                              rec.stream, rec.params, None)
-    if err != 0:
-        raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
+    if rec.pdl_config is None:
+        err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
+                                  rec.stream, rec.params, None)
+        if err != 0:
+            raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
+    else:
+        err = _pdl._driver()(ctypes.byref(rec.pdl_config), ctypes.c_void_p(rec.function),
+                             rec.params, None)
+        if err != 0:
+            raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
     return y
 
 

@@ -3,11 +3,12 @@
     python3 scripts/pdl_race_probe.py OUT.json [--configs NAME,NAME | --table] [--launches 20]
 
 NOTES.md entry 99: while ``matmul``'s fast path launched ``pdl=True`` calls about 12 µs apart,
-six GPU tests on the ``t128_m1_n4_k8_s4_g8_fp32par*_b2`` family gave wrong sums, and the same
-launches made by the checked path (about 45 µs apart) or queued behind a spin did not. Since
-then ``ops.pdl_allowed`` launches that family without PDL. This probe bypasses that rule and
-launches each config's PDL build (``MARLIN_PDL`` 4, the padded shared memory ``matmul`` gives
-it) ``--launches`` times in four forms, each against the plain launch's bits:
+six GPU tests on the ``t128_m1_n4_k8_s4_g8_fp32par*_b2`` family gave wrong sums. Entry 100 found
+the cause outside PDL (a test had left a probe build's timeline stamps in the locks, counters
+of that family's 264-CTA grids), with this probe's first run: no wrong output in any form. It
+stays as the check that PDL launches enqueued fast give the plain bits. It launches each
+config's PDL build (``MARLIN_PDL`` 4, the padded shared memory ``matmul`` gives it)
+``--launches`` times in four forms, each against the plain launch's bits:
 
 - ``fresh``: ``pdl.launch`` back to back, fresh ctypes arguments each time (the checked path's
   launch, at the rate this host enqueues it);
@@ -48,8 +49,8 @@ def problem(cfg) -> tuple:
 
 
 def pdl_build(ops, cfg, plan):
-    """The config's ``pdl=True`` build and the padded shared memory ``matmul`` launched it
-    with before ``ops.pdl_allowed`` (whatever that rule says now)."""
+    """The config's ``pdl=True`` build and the padded shared memory ``matmul`` launches it
+    with."""
     ker = ops._kernel(cfg, False, pdl=True, fma=plan.scale_fma)
     per_sm = min(cfg.blocks_per_sm, ops._resident(ker, cfg, False))
     return ker, ops.pad_for_pdl(ker, plan.smem, per_sm, ops.device_facts())
@@ -79,7 +80,7 @@ def run_config(name: str, launches: int, spin) -> dict:
     ker, smem = pdl_build(ops, cfg, plan)
     locks, scratch = ops.workspace().get(plan.locks, plan.scratch_floats)
     stream = cp.cuda.get_current_stream()
-    row.update(grid=plan.grid, threads=plan.threads, smem_pdl=smem, allowed=ops.pdl_allowed(cfg))
+    row.update(grid=plan.grid, threads=plan.threads, smem_pdl=smem)
 
     def args(y):
         return (x, mw.qweight, mw.scales, mw.scales, y, scratch, locks, np.int32(m),
@@ -136,17 +137,17 @@ def markdown(rec) -> str:
     lines = [f"# PDL launches enqueued fast ({dev}, commit {str(env.get('git_commit', '?'))[:12]}, "
              f"{env.get('date', '?')})", "",
              f"Wrong outputs of {rec['launches']} launches per form against the plain launch's "
-             "bits, and the host µs per launch (`scripts/pdl_race_probe.py`; NOTES.md entry 99). "
-             "`allowed`: `ops.pdl_allowed` (False: matmul launches it without PDL).", "",
-             "| config | M | K | N | allowed | " + " | ".join(FORMS) + " | locks zero |",
-             "| --- | ---: | ---: | ---: | --- | " + " | ".join("---:" for _ in FORMS) + " | --- |"]
+             "bits, and the host µs per launch (`scripts/pdl_race_probe.py`; NOTES.md entries 99 "
+             "and 100).", "",
+             "| config | M | K | N | " + " | ".join(FORMS) + " | locks zero |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in FORMS) + " | --- |"]
     for r in rec["rows"]:
         if "skipped" in r:
             lines.append(f"| {r['config']} | {r['m']} | {r['k']} | {r['n']} | skipped: "
                          f"{r['skipped']} |")
             continue
         cells = [f"{r[f]['wrong']} ({r[f]['host_us_per_launch']:.1f} µs)" for f in FORMS]
-        lines.append(f"| {r['config']} | {r['m']} | {r['k']} | {r['n']} | {r['allowed']} | "
+        lines.append(f"| {r['config']} | {r['m']} | {r['k']} | {r['n']} | "
                      + " | ".join(cells) + f" | {r['locks_zero']} |")
     lines += ["", f"Configs with a wrong PDL output: {rec['configs_wrong']}."]
     return "\n".join(lines) + "\n"

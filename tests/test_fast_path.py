@@ -1,6 +1,10 @@
 """``matmul``'s fast path, the parts that need no GPU: the plans' cache retires prepared
 launches when it is cleared, and a thread that prepared none takes the checked path."""
+import re
 import threading
+from pathlib import Path
+
+import pytest
 
 from marlin_cupy import ops
 
@@ -33,3 +37,40 @@ def test_a_thread_without_prepared_launches_takes_the_checked_path():
     t.start()
     t.join()
     assert got["r"] is ops._MISS
+
+
+def test_use_kernel_clears_the_locks_after_a_stamping_build(monkeypatch):
+    """A MARLIN_PROBE build that stamps its timeline into the locks (``STAMP_PROBES``) leaves
+    every workspace zeroed when the block ends (NOTES.md entry 100); other builds do not pay
+    for it."""
+    monkeypatch.setattr(ops, "_cupy", lambda: type("cp", (), {"cuda": type("c", (), {
+        "Device": lambda: type("d", (), {"id": 3})()})}))
+    zeroed = []
+    monkeypatch.setattr(ops, "_zero_locks", zeroed.append)
+    stamping, plain = object(), object()
+    monkeypatch.setattr(ops, "stamps_timeline", lambda k: k is stamping)
+    cfg = type("cfg", (), {"compiled": "t_probe"})()
+    with ops.use_kernel(cfg, plain):
+        pass
+    assert zeroed == []
+    with pytest.raises(KeyError):
+        with ops.use_kernel(cfg, stamping):
+            raise KeyError("the block failed")
+    assert zeroed == [3]
+
+
+def test_stamp_probes_are_the_kernels_stamping_builds():
+    """``ops.STAMP_PROBES`` is the set of MARLIN_PROBE values for which cuda/marlin.cuh defines
+    MARLIN_STAMPS, and ``STAMP_INTS`` the ints per CTA it writes (``locks[grid + 16 * cta + i]``)."""
+    src = (Path(__file__).resolve().parent.parent / "cuda" / "marlin.cuh").read_text()
+    m = re.search(r"#define MARLIN_STAMPS \(([^)]*)\)", src.replace("\\\n", " "))
+    assert m, "MARLIN_STAMPS's definition moved"
+    assert set(int(v) for v in re.findall(r"MARLIN_PROBE == (\d+)", m.group(1))) == \
+        set(ops.STAMP_PROBES)
+    assert f"locks[gridDim.x + {ops.STAMP_INTS} * blockIdx.x + i]" in src
+    assert f"locks[gridDim.x + {ops.STAMP_INTS} * blockIdx.x + {ops.STAMP_INTS - 1}]" in src
+
+
+def test_only_stamping_probe_builds_are_flagged():
+    assert not ops.stamps_timeline(object())
+    assert not ops.stamps_timeline(None)

@@ -79,8 +79,8 @@ def test_second_call_is_fast_and_bitwise_the_checked_one(m, zp, pdl, checked_cal
     fourth = mc.matmul(x, mw, out=out, pdl=pdl)
     cp.cuda.get_current_stream().synchronize()
     # first and third prepared their launches (the first call of each signature), second and
-    # fourth took the fast path; pdl=True calls always take the checked path (NOTES.md entry 99)
-    assert checked_calls["n"] - before == (4 if pdl else 2)
+    # fourth took the fast path (pdl=True calls through cuLaunchKernelEx)
+    assert checked_calls["n"] - before == 2
     assert third is out and fourth is out
     for y in (first, second, out):
         assert _same(y, want)
@@ -141,6 +141,42 @@ def test_a_swapped_kernel_or_cleared_plans_apply_at_once(checked_calls):
     mc.matmul(x, mw)
     # use_kernel's entry and its exit each retired the prepared launches, then the clear did
     assert checked_calls["n"] - before == 3
+    # the probe build stamped its timeline into the locks; use_kernel's exit zeroed them
+    # (NOTES.md entry 100: left there, they gave later launches of larger grids wrong sums)
+    assert not bool(ops.workspace().locks.any())
+
+
+def test_a_stamping_build_gets_room_for_its_stamps_and_leaves_the_locks_zero():
+    """A MARLIN_PROBE 5 build (it stamps ``locks[grid + 16 * cta + i]``) on a stream of its
+    own: the plan sizes the locks for the stamps, which land there; after the block every lock
+    is zero again, and a config with a larger grid (264 CTAs, whose counters those ints were)
+    gives the same bits on that stream as on a clean one (NOTES.md entry 100)."""
+    mw = _weight(1024, 2048)
+    x = _x(4, 1024)
+    p = ops.plan(4, 2048, 1024, 128, fma_scales=bool(mw.fma_scales))
+    probe = ops.build_kernel(p.config, False, prefix="#define MARLIN_PROBE 5\n", fma=p.scale_fma)
+    assert ops.stamps_timeline(probe) and not ops.stamps_timeline(p.kernel)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        with ops.use_kernel(p.config, probe, fma=p.scale_fma):
+            stamped = ops.plan(4, 2048, 1024, 128, fma_scales=bool(mw.fma_scales))
+            assert stamped.kernel is probe
+            assert stamped.locks >= (ops.STAMP_INTS + 1) * stamped.grid
+            mc.matmul(x, mw)
+            locks = ops.workspace(stream).locks
+            assert locks.size >= (ops.STAMP_INTS + 1) * stamped.grid
+            stream.synchronize()
+            assert bool(locks[stamped.grid:].any())       # the stamps are there
+        assert not bool(ops.workspace(stream).locks.any())
+        wide = "t128_m1_n4_k8_s4_g8_fp32par_b2"
+        big = _weight(4096, 4096, seed=5)
+        xb = _x(16, 4096, seed=6)
+        from marlin_cupy.config import KernelConfig
+        cfg = KernelConfig.from_name(wide)
+        assert ops.plan(16, 4096, 4096, 128, config=cfg).grid > stamped.grid
+        got = mc.matmul(xb, big, config=cfg)
+    stream.synchronize()
+    assert _same(got, _slow(xb, big, config=cfg))
 
 
 def test_a_replaced_workspace_buffer_is_never_used(checked_calls):

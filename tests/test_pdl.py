@@ -144,17 +144,3 @@ def test_driver_function_names_what_is_missing(driver_libraries):
     driver_libraries(libc)
     with pytest.raises(RuntimeError, match="has no cuThreadExchangeStreamCaptureMode"):
         pdl.driver_function("cuThreadExchangeStreamCaptureMode", args)
-
-
-def test_pdl_allowed_leaves_out_the_128_thread_two_cta_mma_sync_configs():
-    """NOTES.md entry 99: their PDL launches gave wrong sums when enqueued back to back fast;
-    they launch as with pdl=False until the cause is found. Every other kind keeps PDL."""
-    from marlin_cupy import ops
-    from marlin_cupy.config import KernelConfig
-    for name in ("t128_m1_n4_k8_s4_g8_fp32par_b2", "t128_m1_n4_k8_s4_g8_fp32par_sw1_b2",
-                 "t128_m1_n4_k8_s4_g8_fp32par_sw2_ts_b2", "t128_m1_n4_k8_s4_g8_fp32par_ts_c2_b2"):
-        assert not ops.pdl_allowed(KernelConfig.from_name(name)), name
-    for name in ("t256_m1_n16_k8_s3_g8_fp32par_sw1_b2", "t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2",
-                 "t256_m4_n8_k16_s4_g8_fp32par", "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2",
-                 "t256_m1_n16_k16_s4_g8_fp32par_sw1_ts"):
-        assert ops.pdl_allowed(KernelConfig.from_name(name)), name

@@ -152,25 +152,3 @@ def test_marlin_linear_passes_pdl():
     assert lin.pdl
     x = cp.asarray(rng.standard_normal((5, 1024)).astype(np.float16))
     assert cp.array_equal(lin(x).view(cp.uint16), plain(x).view(cp.uint16))
-
-
-def test_configs_left_out_of_pdl_launch_as_plain():
-    """``ops.pdl_allowed`` (NOTES.md entry 99): pdl=True on a 128-thread two-CTA mma.sync config
-    plans the plain build with its own shared memory and gives the pdl=False bits, launches
-    back to back included."""
-    from marlin_cupy import ops
-    cfg = KernelConfig.from_name("t128_m1_n4_k8_s4_g8_fp32par_b2")
-    _need_pdl(cfg)
-    rng = np.random.default_rng(99)
-    k, n, m = 2048, 256, 37
-    mw = _weight(rng, k, n, 128)
-    plain = ops.plan(m, n, k, 128, config=cfg)
-    asked = ops.plan(m, n, k, 128, config=cfg, pdl=True)
-    assert plain.pdl is False and asked.pdl is False
-    assert asked.kernel is plain.kernel and asked.smem == plain.smem and asked.grid == plain.grid
-    x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-    want = mc.matmul(x, mw, config=cfg)
-    for got in [mc.matmul(x, mw, config=cfg, pdl=True) for _ in range(20)]:
-        assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))
-    other = KernelConfig.from_name("t256_m4_n8_k16_s4_g8_fp32par")
-    assert ops.plan(m, 4 * other.tile_n, 16 * other.tile_k, 128, config=other, pdl=True).pdl

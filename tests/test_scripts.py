@@ -859,7 +859,7 @@ def test_pdl_race_probe_problem_and_markdown():
     cfg = KernelConfig.from_name("t128_m1_n4_k8_s4_g8_fp32par_b2")
     assert pr.problem(cfg) == (197, 16 * cfg.tile_k, 2 * cfg.tile_n)
     form = {"wrong": 0, "host_us_per_launch": 12.0}
-    row = {"config": cfg.name, "m": 197, "k": 2048, "n": 128, "allowed": False,
+    row = {"config": cfg.name, "m": 197, "k": 2048, "n": 128,
            "fresh": dict(form, wrong=3), "prepared": form, "spin": form, "plain": form,
            "locks_zero": True}
     md = pr.markdown({"environment": {"device": {"name": "GPU"}, "git_commit": "0123456789abcdef",
@@ -869,5 +869,5 @@ def test_pdl_race_probe_problem_and_markdown():
                       "configs_wrong": [cfg.name]})
     line = [ln for ln in md.splitlines() if ln.startswith(f"| {cfg.name}")][0]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[4] == "False" and cells[5] == "3 (12.0 µs)" and cells[-1] == "True"
+    assert cells[3] == "128" and cells[4] == "3 (12.0 µs)" and cells[-1] == "True"
     assert "skipped: no" in md and cfg.name in md.splitlines()[-1]
