@@ -750,7 +750,7 @@ def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
 def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     """``matmul`` for a call like one this thread made before (``FAST_PATH``), or ``_MISS``."""
     cache = getattr(_tls, "launches", None)
-    if not cache:
+    if not cache or not isinstance(pdl, (bool, np.bool_)):   # (check_pdl's error: checked path)
         return _MISS
     cp = sys.modules["cupy"]
     kind = _call_kind(x, out, stream)

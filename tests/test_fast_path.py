@@ -39,6 +39,27 @@ def test_a_thread_without_prepared_launches_takes_the_checked_path():
     assert got["r"] is ops._MISS
 
 
+def test_a_pdl_that_is_not_a_bool_takes_the_checked_path(monkeypatch):
+    """A prepared pdl=True launch must not answer pdl="yes" (its key holds bool(pdl)): the
+    fast path gives up before it looks at the call, and the checked path raises check_pdl's
+    error."""
+    def looked(*args):
+        raise AssertionError("the fast path went on with pdl='yes'")
+    monkeypatch.setattr(ops, "_call_kind", looked)
+    got = {}
+
+    def run():
+        ops._tls.launches = {"anything": None}
+        try:
+            got["r"] = ops._fast_matmul(object(), object(), None, None, None, None, "yes", None)
+        except AssertionError as e:
+            got["r"] = e
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert got["r"] is ops._MISS
+
+
 def test_use_kernel_clears_the_locks_after_a_stamping_build(monkeypatch):
     """A MARLIN_PROBE build that stamps its timeline into the locks (``STAMP_PROBES``) leaves
     every workspace zeroed when the block ends (NOTES.md entry 100); other builds do not pay
