@@ -59,8 +59,9 @@ def gpu_device():
 @pytest.fixture(autouse=True)
 def _workspace_locks_zero_after_gpu_tests(request):
     """After every GPU test, the locks of every workspace must be zero again (``ops.Workspace``:
-    "zero between calls"). A test that left ints there gave later tests' launches of other
-    configs wrong sums (benchmarks/NOTES.md entry 100); this names the test that left them."""
+    "zero between calls"; ``ops.locks_left``). A test that left ints there gave later tests'
+    launches of other configs wrong sums (benchmarks/NOTES.md entry 100); this names the test
+    that left them, and clears them for the tests after it."""
     yield
     if "gpu" not in request.keywords or gpu_skip_reason() is not None:
         return
@@ -70,18 +71,11 @@ def _workspace_locks_zero_after_gpu_tests(request):
         cp.cuda.Device().synchronize()
     except cp.cuda.runtime.CUDARuntimeError:
         return                  # the test's own failure says what broke the device
-    left = []
-    for (device, stream_ptr, captured), ws in list(ops._workspaces.items()):
-        if ws.locks is None:
-            continue
-        with cp.cuda.Device(device):
-            nonzero = int(cp.count_nonzero(ws.locks))
-            if nonzero:
-                first = [int(i) for i in cp.asnumpy(cp.flatnonzero(ws.locks)[:8])]
-                left.append(f"device {device}, stream {stream_ptr:#x}"
-                            f"{' (captures)' if captured else ''}: {nonzero} non-zero, first at "
-                            f"{first}")
-                ws.locks.fill(0)        # so that the tests after it start clean
+    left = ops.locks_left()
     if left:
-        pytest.fail("the test left non-zero locks in the workspaces: " + "; ".join(left),
-                    pytrace=False)
+        for device in {entry[0] for entry in left}:
+            ops._zero_locks(device)
+        pytest.fail("the test left non-zero locks in the workspaces: " + "; ".join(
+            f"device {dev}, stream {ptr:#x}{' (captures)' if captured else ''}: {count} "
+            f"non-zero, first at {first}" for dev, ptr, captured, count, first in left),
+            pytrace=False)

@@ -245,6 +245,28 @@ def _zero_locks(device_id: int):
         cp.cuda.Device().synchronize()
 
 
+def locks_left(device_id: int | None = None) -> list:
+    """The workspaces whose locks are not all zero (on ``device_id``, default every device), as
+    ``(device, stream handle, captured, non-zero count, first indices)``; ask with the device
+    idle. Every launch leaves its locks at zero, so an entry means the contract broke: a
+    stamping probe build's timeline (``STAMP_PROBES``), or a launch cut short. Launches with a
+    larger grid would read those ints as counters and give wrong sums (benchmarks/NOTES.md
+    entry 100). The GPU tests check this after every test (conftest.py)."""
+    cp = _cupy()
+    with _lock:
+        items = list(_workspaces.items())
+    left = []
+    for (dev, stream_ptr, captured), ws in items:
+        if ws.locks is None or (device_id is not None and dev != device_id):
+            continue
+        with cp.cuda.Device(dev):
+            nonzero = cp.flatnonzero(ws.locks)
+            if nonzero.size:
+                first = [int(i) for i in cp.asnumpy(nonzero[:8])]
+                left.append((dev, stream_ptr, bool(captured), int(nonzero.size), first))
+    return left
+
+
 def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
          config: KernelConfig | None = None, max_ctas: int | None = None,
          pdl: bool = False, fma_scales: bool = False) -> "Plan":

@@ -95,3 +95,25 @@ def test_stamp_probes_are_the_kernels_stamping_builds():
 def test_only_stamping_probe_builds_are_flagged():
     assert not ops.stamps_timeline(object())
     assert not ops.stamps_timeline(None)
+
+
+def test_locks_left_names_the_workspaces_with_non_zero_locks(monkeypatch):
+    """``ops.locks_left`` (what conftest.py checks after every GPU test), on host arrays."""
+    import contextlib
+    import types
+
+    import numpy as np
+    shim = types.SimpleNamespace(
+        flatnonzero=np.flatnonzero, asnumpy=np.asarray,
+        cuda=types.SimpleNamespace(Device=lambda dev=None: contextlib.nullcontext()))
+    monkeypatch.setattr(ops, "_cupy", lambda: shim)
+    clean = types.SimpleNamespace(locks=np.zeros(300, np.int32))
+    dirty = types.SimpleNamespace(locks=np.zeros(3000, np.int32))
+    dirty.locks[[128, 129, 2175]] = [7, -1, 124]
+    unused = types.SimpleNamespace(locks=None)
+    monkeypatch.setattr(ops, "_workspaces", {(0, 0, False): clean, (0, 0x5a, True): dirty,
+                                             (1, 0, False): unused})
+    assert ops.locks_left() == [(0, 0x5a, True, 3, [128, 129, 2175])]
+    assert ops.locks_left(device_id=1) == []
+    dirty.locks[:] = 0
+    assert ops.locks_left() == []
