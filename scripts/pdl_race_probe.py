@@ -13,7 +13,7 @@ config's PDL build (``MARLIN_PDL`` 4, the padded shared memory ``matmul`` gives 
 - ``fresh``: ``pdl.launch`` back to back, fresh ctypes arguments each time (the checked path's
   launch, at the rate this host enqueues it);
 - ``prepared``: one prepared launch configuration and argument array, the output's address
-  rewritten before each ``cuLaunchKernelEx`` (the form the fast path used in entry 99's call 3);
+  rewritten before each ``cuLaunchKernelEx`` (the fast path's form, ``ops.FAST_PATH``);
 - ``spin``: ``pdl.launch`` queued behind a 3 ms spin, so that every launch is enqueued before
   the first one starts;
 - ``plain``: the plain build without the attribute (the control).
