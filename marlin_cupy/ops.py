@@ -397,7 +397,6 @@ class Plan(NamedTuple):
     locks: int              # int32 counters the launch uses (grid, or chunks + 1 with dyn_chunk;
     #                         more for early-bottom builds and stamping probe builds)
     scale_fma: bool = False  # the kernel applies the group scale inside the unpacking
-    pdl: bool = False        # launched with programmatic dependent launch (``pdl=True``)
 
 
 #: FP16 partial sums (``fp32_reduce=False``, name ``_fp16``) are rounded to FP16 at every
@@ -450,7 +449,6 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         facts["sms"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
-    pdl = bool(pdl)
     if max_ctas is not None and max_ctas < 1:
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
@@ -510,7 +508,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
     if pdl:
         smem = pad_for_pdl(kernel, smem, per_sm, facts)
     return Plan(cfg, kernel, grid, cfg.launch_threads, parallel, smem,
-                slots * cfg.tile_m * cfg.tile_n, n_locks, fma, pdl)
+                slots * cfg.tile_m * cfg.tile_n, n_locks, fma)
 
 
 _plan = _PlanCache(_plan_uncached)
@@ -652,7 +650,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
         args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
                 np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
-        if plan.pdl:
+        if pdl:
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
@@ -661,7 +659,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             if kind is not None:
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
                                    pdl, config, max_ctas, scale_fma),
-                         mw, plan, ws, args, launch_stream.ptr, lead + (n,))
+                         mw, plan, ws, args, launch_stream.ptr, lead + (n,), bool(pdl))
     return out if out is not None else out_cp
 
 
@@ -689,11 +687,10 @@ _MISS = object()
 
 class _Launch:
     """A launch prepared by ``_matmul_checked`` for the fast path: the kernel, its grid and its
-    arguments as ctypes holders (``x_arg`` and ``out_arg`` rewritten per call), and what must
-    still hold for it to apply."""
-    __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "holders",
-                 "params", "x_arg", "out_arg", "function", "grid", "threads", "smem", "stream",
-                 "pdl_config", "pdl_attr")
+    arguments as ctypes holders in ``launch`` (``x_arg`` and ``out_arg`` rewritten per call), and
+    what must still hold for it to apply."""
+    __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "launch",
+                 "pdl", "x_arg", "out_arg")
 
 
 def _arrays_of(mw) -> tuple:
@@ -735,14 +732,16 @@ def _torch_stream_ptr(torch) -> int:
     return int(torch.cuda.current_stream().cuda_stream)
 
 
-def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
-    """Remember the launch ``_matmul_checked`` just made, for the fast path."""
+def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bool):
+    """Remember the launch ``_matmul_checked`` just made, for the fast path: ``pdl=True``
+    launches are sent as prepared (``cuLaunchKernelEx``), the others through
+    ``cuLaunchKernel`` with the same parameter array."""
     cache = getattr(_tls, "launches", None)
     if cache is None or len(cache) >= _FAST_MAX:
         cache = _tls.launches = {}
     try:
         _cu_launch_kernel()
-        if plan.pdl:
+        if pdl:
             _pdl._driver()
     except RuntimeError:
         return                        # no driver entry point: every call takes the checked path
@@ -752,20 +751,10 @@ def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple):
     rec.ws, rec.locks, rec.scratch = ws, ws.locks, ws.scratch
     rec.gen = _plan.generation
     rec.out_shape = out_shape
-    rec.holders = [_pdl._arg(a) for a in args]
-    rec.params = (ctypes.c_void_p * len(rec.holders))(
-        *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in rec.holders])
-    rec.x_arg, rec.out_arg = rec.holders[0], rec.holders[4]
-    rec.function = plan.kernel.kernel.ptr
-    rec.grid, rec.threads, rec.smem, rec.stream = plan.grid, plan.threads, plan.smem, stream_ptr
-    rec.pdl_config = rec.pdl_attr = None
-    if plan.pdl:                      # pdl.launch's configuration, kept with its attribute
-        rec.pdl_attr = _pdl.LaunchAttribute()
-        rec.pdl_attr.id = _pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        rec.pdl_attr.value.programmatic_stream_serialization_allowed = 1
-        rec.pdl_config = _pdl.LaunchConfig(plan.grid, 1, 1, plan.threads, 1, 1, plan.smem,
-                                           ctypes.c_void_p(stream_ptr),
-                                           ctypes.pointer(rec.pdl_attr), 1)
+    rec.launch = _pdl.PreparedLaunch(plan.kernel.kernel.ptr, plan.grid, plan.threads, args,
+                                     plan.smem, stream_ptr, pdl)
+    rec.pdl = pdl
+    rec.x_arg, rec.out_arg = rec.launch.holders[0], rec.launch.holders[4]
     cache[key] = rec
 
 
@@ -828,17 +817,21 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         return _MISS
     rec.x_arg.value = x_ptr
     rec.out_arg.value = y_ptr
-    if rec.pdl_config is None:
-        err = _cu_launch_kernel()(rec.function, rec.grid, 1, 1, rec.threads, 1, 1, rec.smem,
-                                  rec.stream, rec.params, None)
-        if err != 0:
-            raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
-    else:
-        err = _pdl._driver()(ctypes.byref(rec.pdl_config), ctypes.c_void_p(rec.function),
-                             rec.params, None)
-        if err != 0:
-            raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+    _send(rec)
     return y
+
+
+def _send(rec: _Launch):
+    """Enqueue a prepared launch: ``cuLaunchKernelEx`` with its attribute for ``pdl=True``, else
+    ``cuLaunchKernel`` (CuPy's own launch) with the same parameters."""
+    if rec.pdl:
+        rec.launch.send()
+        return
+    c = rec.launch.config
+    err = _cu_launch_kernel()(rec.launch.function, c.gridDimX, 1, 1, c.blockDimX, 1, 1,
+                              c.sharedMemBytes, c.hStream, rec.launch.params, None)
+    if err != 0:
+        raise RuntimeError(f"cuLaunchKernel failed with CUresult {err}")
 
 
 def launch_stream_for(x, stream=None):

@@ -92,6 +92,33 @@ def _arg(value):
                     f"arrays or NumPy int32/uint64 scalars")
 
 
+class PreparedLaunch:
+    """A ``cuLaunchKernelEx`` launch set up once, to be sent any number of times: the arguments
+    as ctypes holders (``holders[i].value`` may be rewritten between sends), the parameter
+    array pointing at them, and the launch configuration with its attribute (the
+    programmatic-serialization one when ``pdl``), all kept alive together.
+    ``function_ptr`` is the kernel's ``CUfunction`` (``RawKernel.kernel.ptr``)."""
+
+    def __init__(self, function_ptr: int, grid: int, block: int, args, shared_mem: int,
+                 stream_ptr: int, pdl: bool = True):
+        self.function = ctypes.c_void_p(function_ptr)
+        self.holders = [_arg(a) for a in args]
+        self.params = (ctypes.c_void_p * len(self.holders))(
+            *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in self.holders])
+        self.attr = LaunchAttribute()
+        self.attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        self.attr.value.programmatic_stream_serialization_allowed = 1
+        self.config = LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem,
+                                   ctypes.c_void_p(stream_ptr),
+                                   ctypes.pointer(self.attr) if pdl else None, 1 if pdl else 0)
+
+    def send(self):
+        """Enqueue the launch (``RuntimeError`` with the driver's error code if it fails)."""
+        err = _driver()(ctypes.byref(self.config), self.function, self.params, None)
+        if err != 0:
+            raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+
+
 def launch(kernel, grid: int, block: int, args, shared_mem: int, stream, pdl: bool = True):
     """Launch ``kernel`` (a ``cupy.RawKernel`` from ``RawModule.get_function``) on ``stream``
     through ``cuLaunchKernelEx``, with the programmatic-serialization attribute when ``pdl``.
@@ -99,14 +126,4 @@ def launch(kernel, grid: int, block: int, args, shared_mem: int, stream, pdl: bo
     The kernel's dynamic shared memory limit must already be set (``ops.build_kernel`` does).
     Raises ``RuntimeError`` with the driver's error code if the launch fails.
     """
-    holders = [_arg(a) for a in args]
-    params = (ctypes.c_void_p * len(holders))(
-        *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
-    attr = LaunchAttribute()
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmatic_stream_serialization_allowed = 1
-    cfg = LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem, ctypes.c_void_p(stream.ptr),
-                       ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
-    err = _driver()(ctypes.byref(cfg), ctypes.c_void_p(kernel.kernel.ptr), params, None)
-    if err != 0:
-        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+    PreparedLaunch(kernel.kernel.ptr, grid, block, args, shared_mem, stream.ptr, pdl).send()

@@ -26,7 +26,6 @@ status 1 if any PDL form gave a wrong output.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import sys
 import time
@@ -87,15 +86,8 @@ def run_config(name: str, launches: int, spin) -> dict:
                 np.int32(n), np.int32(k), np.int32(plan.parallel))
 
     y0 = cp.empty((m, n), dtype=cp.float16)
-    holders = [_pdl._arg(a) for a in args(y0)]
-    params = (ctypes.c_void_p * len(holders))(
-        *[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in holders])
-    attr = _pdl.LaunchAttribute()
-    attr.id = _pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmatic_stream_serialization_allowed = 1
-    config = _pdl.LaunchConfig(plan.grid, 1, 1, plan.threads, 1, 1, smem,
-                               ctypes.c_void_p(stream.ptr), ctypes.pointer(attr), 1)
-    drv = _pdl._driver()
+    prepared = _pdl.PreparedLaunch(ker.kernel.ptr, plan.grid, plan.threads, args(y0), smem,
+                                   stream.ptr)
     _pdl.launch(ker, plan.grid, plan.threads, args(y0), smem, stream)     # load, warm
     stream.synchronize()
     for form in FORMS:
@@ -108,10 +100,8 @@ def run_config(name: str, launches: int, spin) -> dict:
             if form in ("fresh", "spin"):
                 _pdl.launch(ker, plan.grid, plan.threads, args(y), smem, stream)
             elif form == "prepared":
-                holders[4].value = y.data.ptr
-                err = drv(ctypes.byref(config), ctypes.c_void_p(ker.kernel.ptr), params, None)
-                if err != 0:
-                    raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
+                prepared.holders[4].value = y.data.ptr
+                prepared.send()
             else:
                 plan.kernel((plan.grid,), (plan.threads,), args(y), shared_mem=plan.smem)
             outs.append(y)

@@ -117,3 +117,32 @@ def test_locks_left_names_the_workspaces_with_non_zero_locks(monkeypatch):
     assert ops.locks_left(device_id=1) == []
     dirty.locks[:] = 0
     assert ops.locks_left() == []
+
+
+def test_a_plain_prepared_launch_goes_through_cu_launch_kernel(monkeypatch):
+    """The fast path's ``cuLaunchKernel`` call (through a stand-in with the driver's signature,
+    a real foreign call) gets the prepared grid, block, shared memory, stream and the current
+    argument values; the null stream arrives as NULL."""
+    import ctypes
+
+    import numpy as np
+    from marlin_cupy import pdl
+    seen = {}
+    vp, ui = ctypes.c_void_p, ctypes.c_uint
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, vp, ui, ui, ui, ui, ui, ui, ui, vp,
+                             ctypes.POINTER(ctypes.c_void_p), vp)
+
+    def driver(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        seen["call"] = (f, gx, gy, gz, bx, by, bz, smem, stream,
+                        ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int32)).contents.value,
+                        extra)
+        return 0
+    fake = proto(driver)
+    monkeypatch.setattr(ops, "_cu_launch_kernel", lambda: fake)
+    monkeypatch.setattr(pdl, "_driver", lambda: pytest.fail("a plain launch went through Ex"))
+    rec = ops._Launch()
+    rec.pdl = False
+    rec.launch = pdl.PreparedLaunch(0xabc, 264, 128, (np.int32(1),), 4096, 0, pdl=False)
+    rec.launch.holders[0].value = 5
+    ops._send(rec)
+    assert seen["call"] == (0xabc, 264, 1, 1, 128, 1, 1, 4096, None, 5, None)

@@ -70,6 +70,50 @@ def test_arguments_keep_their_width():
             pdl._arg(bad)
 
 
+def test_prepared_launch_points_at_its_holders():
+    """``pdl.PreparedLaunch`` (pdl.launch, the fast path, pdl_race_probe.py): each parameter
+    points at its holder, so a value rewritten between sends is the one sent; the
+    configuration carries the attribute only with ``pdl``."""
+    args = (np.int32(3), np.uint64(5), np.int32(-1))
+    prep = pdl.PreparedLaunch(0x1234, 264, 128, args, 115712, 0x99)
+    for param, holder in zip(prep.params, prep.holders):
+        assert param == ctypes.addressof(holder)
+    prep.holders[0].value = 11
+    assert ctypes.cast(prep.params[0], ctypes.POINTER(ctypes.c_int32)).contents.value == 11
+    c = prep.config
+    assert (c.gridDimX, c.blockDimX, c.sharedMemBytes, c.hStream, c.numAttrs) == \
+        (264, 128, 115712, 0x99, 1)
+    assert c.attrs.contents.id == pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert c.attrs.contents.value.programmatic_stream_serialization_allowed == 1
+    assert prep.function.value == 0x1234
+    plain = pdl.PreparedLaunch(0x1234, 1, 32, args, 0, 0, pdl=False)
+    assert plain.config.numAttrs == 0 and not plain.config.attrs
+
+
+def test_prepared_launch_sends_what_it_holds(monkeypatch):
+    """``send`` through a stand-in for ``cuLaunchKernelEx`` with the driver's signature (a real
+    foreign call): the configuration, the function and the current argument values arrive."""
+    seen = {}
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(pdl.LaunchConfig), ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p))
+
+    def driver(config, function, params, extra):
+        c = config.contents
+        seen["call"] = (c.gridDimX, c.blockDimX, c.sharedMemBytes, c.hStream, c.numAttrs,
+                        function, ctypes.cast(params[1], ctypes.POINTER(ctypes.c_int32))
+                        .contents.value, bool(extra))
+        return seen.get("err", 0)
+    fake = proto(driver)
+    monkeypatch.setattr(pdl, "_driver", lambda: fake)
+    prep = pdl.PreparedLaunch(0x4321, 132, 256, (np.uint64(1), np.int32(7)), 2048, 0x77)
+    prep.holders[1].value = 8
+    prep.send()
+    assert seen["call"] == (132, 256, 2048, 0x77, 1, 0x4321, 8, False)
+    seen["err"] = 719
+    with pytest.raises(RuntimeError, match="CUresult 719"):
+        prep.send()
+
+
 def test_check_pdl():
     from marlin_cupy.ops import check_pdl
     check_pdl(False, "80")
