@@ -133,7 +133,7 @@ def test_a_swapped_kernel_or_cleared_plans_apply_at_once(checked_calls):
         mc.matmul(x, mw)
         mc.matmul(x, mw)
         # the launch prepared inside the block is the swapped-in build's
-        assert probe.kernel.ptr in {r.function for r in ops._tls.launches.values()}
+        assert probe.kernel.ptr in {r.launch.function.value for r in ops._tls.launches.values()}
     cp.cuda.get_current_stream().synchronize()
     assert _same(mc.matmul(x, mw), _slow(x, mw))
     ops._plan.cache_clear()                   # as a tune in this process does
