@@ -151,6 +151,9 @@
 #if MARLIN_EARLY_RUNTIME
 __device__ int marlin_early_off;
 #endif
+#if MARLIN_WS_TMA_A
+__device__ __align__(128) unsigned char marlin_tmap_a[128];   // a CUtensorMap, written by the host
+#endif
 
 // (Measurement, NOTES.md entry 53) DYN builds with 1: no draws; CTA b takes chunks b, b + grid,
 // b + 2 grid, ... (round robin), so the chunks' own cost shows without the counter's.
@@ -331,6 +334,20 @@ __device__ int marlin_early_off;
 // (NOTES.md entry 50). sm_90 only, as every producer build.
 #ifndef MARLIN_WS_BULK
 #define MARLIN_WS_BULK 0
+#endif
+// (Measurement, NOTES.md entry 101, lever A) The producer builds (config suffix _ws) with
+// wgmma only: the activations' tile of a fill as tensor copies (cp.async.bulk.tensor.2d, one
+// per 64-half column region of the tile, TILE_M rows with TMA's 128-byte swizzle, which is
+// a_sh_at's layout: chunk c of row r at c ^ (r % 8) in 1024-byte-aligned regions), issued by
+// one elected lane of the producer's first warp and completing on the slot's `full` barrier
+// with their transaction bytes; rows past M arrive as zeros (the map's bounds). The compute
+// threads then need no proxy fence after their `full` wait (no generic write reaches wgmma's
+// operands). The map is the module's device global marlin_tmap_a (cuTensorMapEncodeTiled of x
+// as [M, K] fp16, boxes of 64 x TILE_M), which the host writes on the launch stream before
+// every launch of such a build (ops.py: _write_tma_map); so these builds take no fast path and
+// no graph capture. Builds without it are SASS-identical.
+#ifndef MARLIN_WS_TMA_A
+#define MARLIN_WS_TMA_A 0
 #endif
 // A measurement build, never correct by the memory model: 1 drops the wgmma loop's
 // fence.proxy.async before the unit's barrier (which orders the cp.async writes of A before
@@ -602,6 +619,20 @@ __device__ __forceinline__ void bulk_copy_warp(void* smem, const void* glob, uin
                  " [%0], [%1], %2, [%3];\n}\n"
                  ::"r"(smem_addr(smem)), "l"(glob), "r"(bytes), "r"(bar) : "memory");
   }
+#endif
+}
+
+// One 2-D tensor copy (PTX ISA, cp.async.bulk.tensor) of the box at (x, y) (elements, rows) of
+// the tensor map at generic address `tmap` (global memory) into shared memory at `dst`,
+// completing on `bar`; called by a whole warp, one lane (elect.sync) issues it.
+__device__ __forceinline__ void tensor_copy_2d_warp(uint32_t dst, const void* tmap, int x, int y,
+                                                    uint32_t bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n"
+               " elect.sync _|p, 0xffffffff;\n"
+               " @p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];\n}\n"
+               ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(bar) : "memory");
 #endif
 }
 
@@ -1259,6 +1290,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
+  // MARLIN_WS_TMA_A where it applies: the activations as tensor copies, A_BOXES per fill.
+  static constexpr bool TMA_A = WS && WGMMA && MARLIN_WS_TMA_A != 0 && MARLIN_SM90;
+  static constexpr int A_BOXES = A_ROW / 8;                // 64-half (128-byte) column regions
+  static constexpr uint32_t A_BYTES = 16u * A_STAGE;
+  static_assert(!(TMA_A && MARLIN_NO_A_REFILL), "MARLIN_WS_TMA_A counts every fill's A bytes");
   // MARLIN_WS_FLAGS where it applies (not with WG_DEFER's reads of the previous unit's scales
   // at step 0, nor with drawn chunks or bulk copies); elsewhere the build keeps the mbarriers.
   static constexpr bool WS_FLAGS = WS_FLAGS_ASKED && !WG_DEFER && !DYN && !BULK;
@@ -1497,6 +1533,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 
   // A: TILE_M rows of this slab; rows past M are zero-filled, never read from memory.
   __device__ __forceinline__ void fetch_a(const Cursor& c, int stage) {
+#if MARLIN_WS_TMA_A
+    if constexpr (TMA_A) {
+      if (tid < 32) {   // the producer's first warp; one lane issues
+        const uint32_t bar = bar_full + 8 * stage;
+        // No proxy fence: the slot's A region is only ever read by wgmma (the async proxy),
+        // whose groups the compute threads completed before their release on `empty`, which
+        // this warp's wait acquired (the staged epilogues write the stages only after a
+        // stripe's last fill).
+        mbar_arrive_expect_tx_warp(bar, A_BYTES);
+        const uint32_t dst = smem_addr(sh_a + stage * A_STAGE);
+#pragma unroll
+        for (int b = 0; b < A_BOXES; b++)
+          tensor_copy_2d_warp(dst + b * (TILE_M * 128), marlin_tmap_a, c.kt * TILE_K + 64 * b,
+                              c.slab * TILE_M, bar);
+      }
+      return;
+    }
+#endif
     {
       const int rows_left = prob_m - c.slab * TILE_M;
       const int4* a_gl = c.a;
@@ -3020,7 +3074,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         flag_wait(1, 0u);   // (the publisher fenced for the async proxy)
       } else {
         bulk_wait(0);
-        if constexpr (WGMMA) fence_proxy_async_shared();
+        if constexpr (WGMMA && !TMA_A) fence_proxy_async_shared();
       }
       return;
     }
@@ -3273,12 +3327,12 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
               if ((unit - unit_start) % 2 == 0 && unit + 1 < unit_end) {
                 bulk_wait(next);
                 if (unit + 2 < unit_end) bulk_wait(next == STAGES - 1 ? 0 : next + 1);
-                if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
+                if constexpr (!MARLIN_NO_PROXY_FENCE && !TMA_A) fence_proxy_async_shared();
               }
             } else if (unit + 1 < unit_end) {
               if constexpr (EARLY_TEST) bulk_wait_unless(next, seen);
               else bulk_wait(next);
-              if constexpr (!MARLIN_NO_PROXY_FENCE) fence_proxy_async_shared();
+              if constexpr (!MARLIN_NO_PROXY_FENCE && !TMA_A) fence_proxy_async_shared();
             }
           } else {
             // Unit unit + 1 lands; then slot `refill` (unit - 1's) takes unit + STAGES - 1.
@@ -3649,7 +3703,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
         // The producer's cp.async arrivals, and with bulk copies the issuing lane's own.
         // (MARLIN_WS_FLAGS 3: the publisher, producer thread 0, does not arrive.)
         mbar_init(k.bar_full + 8 * s,
-                  K::COPY_T + (K::BULK ? 1 : 0) - (K::PUB_APART ? 1 : 0));
+                  K::COPY_T + (K::BULK ? 1 : 0) + (K::TMA_A ? 1 : 0) - (K::PUB_APART ? 1 : 0));
         if constexpr (K::WS_FLAGS) {
           // The counters and the published count start at zero (__syncthreads below).
           asm volatile("st.shared::cta.v2.u32 [%0], {%1, %1};" ::"r"(k.bar_empty() + 8 * s),
@@ -3659,7 +3713,7 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
         }
       }
       // Bulk copies complete on these barriers through the async proxy.
-      if constexpr (K::BULK) fence_proxy_async_shared();
+      if constexpr (K::BULK || K::TMA_A) fence_proxy_async_shared();
     }
     __syncthreads();
     constexpr int PRODUCER_REGS = MARLIN_WS_PRODUCER_REGS;

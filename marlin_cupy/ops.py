@@ -136,7 +136,34 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
     probe = re.search(r"#define\s+MARLIN_PROBE\s+(\d+)", prefix)
     if probe and int(probe.group(1)) in STAMP_PROBES:
         _stamping.add(ker.kernel.ptr)
+    tma = re.search(r"#define\s+MARLIN_WS_TMA_A\s+(-?\d+)", prefix)
+    if (int(tma.group(1)) if tma else kernels.defines().get("MARLIN_WS_TMA_A", 0)) \
+            and cfg.producer and cfg.wgmma:
+        _tma_maps[ker.kernel.ptr] = module.get_global("marlin_tmap_a")
     return ker
+
+
+#: (Measurement, benchmarks/NOTES.md entry 101) The ``MARLIN_WS_TMA_A`` builds that
+#: ``build_kernel`` made, by function handle: the device address of their module's
+#: ``marlin_tmap_a``, the activations' tensor map that ``_matmul_checked`` writes there on the
+#: launch stream before each launch. Such a launch takes no fast path and no graph capture.
+_tma_maps: dict = {}
+_tma_bytes: dict = {}            # (address, m, k, tile_m) -> the map's bytes
+
+
+def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
+    """``tma.activation_map`` of ``x2`` into the module global at ``memptr``, on ``stream``
+    (stream-ordered: the launches before it read their own maps first)."""
+    from . import tma
+    cp = _cupy()
+    key = (x2.data.ptr, x2.shape[0], x2.shape[1], tile_m)
+    raw = _tma_bytes.get(key)
+    if raw is None:
+        if len(_tma_bytes) > 1024:
+            _tma_bytes.clear()
+        raw = _tma_bytes[key] = np.frombuffer(
+            tma.activation_map(x2.data.ptr, x2.shape[0], x2.shape[1], tile_m), np.uint8)
+    cp.ndarray((tma.MAP_BYTES,), cp.uint8, memptr=memptr).set(raw, stream=stream)
 
 
 #: The ``MARLIN_PROBE`` builds that write a timeline into the locks workspace, past the
@@ -650,11 +677,18 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         zeros = mw.zeros if has_zp else mw.scales     # never read without zero points
         args = (x2, mw.qweight, mw.scales, zeros, out_cp, scratch, locks,
                 np.int32(m), np.int32(n), np.int32(k), np.int32(plan.parallel))
+        tmap = _tma_maps.get(plan.kernel.kernel.ptr)
+        if tmap is not None:
+            if capturing:
+                raise ValueError("a MARLIN_WS_TMA_A build (a measurement build, NOTES.md entry "
+                                 "101) writes its tensor map before every launch and cannot "
+                                 "be captured in a graph")
+            _write_tma_map(tmap, x2, plan.config.tile_m, launch_stream)
         if pdl:
             _pdl.launch(plan.kernel, plan.grid, plan.threads, args, plan.smem, launch_stream)
         else:
             plan.kernel((plan.grid,), (plan.threads,), args, shared_mem=plan.smem)
-        if FAST_PATH and not capturing and mw.perm is None:
+        if FAST_PATH and not capturing and mw.perm is None and tmap is None:
             kind = _call_kind(x, out_arg, stream)
             if kind is not None:
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,

@@ -30,7 +30,6 @@ pass between two reads of one.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import sys
 from pathlib import Path
@@ -146,24 +145,8 @@ def encode_tiled(buf_ptr: int, n: int, rows: int) -> bytes:
     """The 128-byte CUtensorMap of a rows x n array of 8-byte elements at ``buf_ptr`` (a device
     address), boxes of BOX_X x BOX_Y, no swizzle, L2 promotion of 128 bytes; RuntimeError with
     the driver's status otherwise."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    enc = lib.cuTensorMapEncodeTiled
-    enc.restype = ctypes.c_int
-    raw = (ctypes.c_uint8 * (128 + 64))()
-    base = ctypes.addressof(raw)
-    aligned = (base + 63) // 64 * 64          # CUtensorMap is 64-byte aligned
-    dims = (ctypes.c_uint64 * 2)(n, rows)
-    strides = (ctypes.c_uint64 * 1)(n * 8)    # bytes between rows (dimension 1)
-    box = (ctypes.c_uint32 * 2)(BOX_X, BOX_Y)
-    elem = (ctypes.c_uint32 * 2)(1, 1)
-    UINT64, INTERLEAVE_NONE, SWIZZLE_NONE, L2_128B, OOB_NONE = 4, 0, 0, 2, 0
-    status = enc(ctypes.c_void_p(aligned), ctypes.c_int(UINT64), ctypes.c_uint32(2),
-                 ctypes.c_void_p(buf_ptr), dims, strides, box, elem,
-                 ctypes.c_int(INTERLEAVE_NONE), ctypes.c_int(SWIZZLE_NONE),
-                 ctypes.c_int(L2_128B), ctypes.c_int(OOB_NONE))
-    if status != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled returned CUresult {status}")
-    return ctypes.string_at(aligned, 128)
+    from marlin_cupy import tma
+    return tma.encode_tiled(buf_ptr, tma.UINT64, (n, rows), (n * 8,), (BOX_X, BOX_Y))
 
 
 def stream_layer(mod, timer, spec: str, sms: int, l2: int) -> list:

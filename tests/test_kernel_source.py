@@ -103,7 +103,11 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      ("MARLIN_WS_FLAGS=4", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_EARLY_TEST=1", WGMMA_CFG + "_ws"),
      ("MARLIN_WS_FLAGS=1,MARLIN_WS_PUB_RELAXED=1", WGMMA_CFG + "_ws"),
-     ("MARLIN_WS_FLAGS=3,MARLIN_WS_POLL_SLEEP=64,MARLIN_WS_COMPUTE_SLEEP=32", WGMMA_CFG + "_ws")]
+     ("MARLIN_WS_FLAGS=3,MARLIN_WS_POLL_SLEEP=64,MARLIN_WS_COMPUTE_SLEEP=32", WGMMA_CFG + "_ws"),
+     # the activations as tensor copies (entry 101), one and two boxes per fill, with bulk
+     # copies of the weights too
+     ("MARLIN_WS_TMA_A=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_TMA_A=1", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws"),
+     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -559,3 +563,24 @@ def test_the_dispatch_takes_the_fused_scale_only_for_weights_and_configs_that_al
     assert not ops.use_scale_fma(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32_sw1_b2"),
                                  False, True)             # mma.sync
     assert ops.use_scale_fma(fused.with_(column_ctas=1), False, True)   # a grid cap: the same
+
+
+@pytest.mark.parametrize("name,boxes", [(WGMMA_CFG + "_ws", 2),
+                                        ("t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws", 1)])
+def test_the_tensor_copy_switch_is_live(monkeypatch, name, boxes):
+    """``MARLIN_WS_TMA_A`` (entry 101): the build issues a fill's activations as ``boxes`` tensor
+    copies of the module's map and drops the compute threads' proxy fences (first wait and
+    loop); the shipped build has neither change. So tests/test_tma_gpu.py cannot pass on a
+    dead switch."""
+    cfg = KernelConfig.from_name(name)
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    src = kernels.marlin_source(cfg)
+    plain = jit.compile_ptx(src, "compute_90a")
+    tma = jit.compile_ptx("#define MARLIN_WS_TMA_A 1\n" + src, "compute_90a")
+    copy = re.compile(r"cp\.async\.bulk\.tensor\.2d\S*\s+\[%r\d+\], \[%rd\d+, \{")
+    fence = "fence.proxy.async.shared::cta"
+    assert not copy.search(plain) and "marlin_tmap_a" not in plain
+    assert "marlin_tmap_a" in tma
+    # one copy per box in the fill's code (unrolled loops may repeat the fill)
+    assert len(copy.findall(tma)) % boxes == 0 and copy.findall(tma)
+    assert tma.count(fence) < plain.count(fence)
