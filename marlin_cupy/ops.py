@@ -146,17 +146,24 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
 #: (Measurement, benchmarks/NOTES.md entry 101) The ``MARLIN_WS_TMA_A`` builds that
 #: ``build_kernel`` made, by function handle: the device address of their module's
 #: ``marlin_tmap_a``, the activations' tensor map that ``_matmul_checked`` writes there on the
-#: launch stream before each launch. Such a launch takes no fast path and no graph capture.
+#: launch stream before each launch that needs another map than the module's last one on that
+#: stream (a benchmark's repeated calls on one ``x`` write it once, outside their timing).
+#: Such a launch takes no fast path and no graph capture. One map per module: calls of one
+#: build on two streams at once with different ``x`` can race (a measurement build, one stream).
 _tma_maps: dict = {}
 _tma_bytes: dict = {}            # (address, m, k, tile_m) -> the map's bytes
+_tma_written: dict = {}          # module global's address -> (stream, key) of its last write
 
 
 def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
     """``tma.activation_map`` of ``x2`` into the module global at ``memptr``, on ``stream``
-    (stream-ordered: the launches before it read their own maps first)."""
+    (stream-ordered: the launches before it read their own maps first), unless the last write
+    there was this one on this stream."""
     from . import tma
     cp = _cupy()
     key = (x2.data.ptr, x2.shape[0], x2.shape[1], tile_m)
+    if _tma_written.get(memptr.ptr) == (stream.ptr, key):
+        return
     raw = _tma_bytes.get(key)
     if raw is None:
         if len(_tma_bytes) > 1024:
@@ -164,6 +171,7 @@ def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
         raw = _tma_bytes[key] = np.frombuffer(
             tma.activation_map(x2.data.ptr, x2.shape[0], x2.shape[1], tile_m), np.uint8)
     cp.ndarray((tma.MAP_BYTES,), cp.uint8, memptr=memptr).set(raw, stream=stream)
+    _tma_written[memptr.ptr] = (stream.ptr, key)
 
 
 #: The ``MARLIN_PROBE`` builds that write a timeline into the locks workspace, past the
