@@ -3,12 +3,12 @@ activations as tensor copies through a map of ``x`` that ``matmul`` writes into 
 before every launch. It must give the shipped build's bits for every row count (rows past M as
 zeros from the map's bounds, several row slabs), on the 64- and 128-row tiles, one and two boxes
 per fill, and a map that follows ``x`` from call to call (no stale map, no fast path)."""
-import numpy as np
 import pytest
 
 import marlin_cupy as mc
 from marlin_cupy import ops
 from marlin_cupy.config import KernelConfig
+from test_fast_path_gpu import _same, _weight, _x   # (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -18,24 +18,6 @@ TMA = "#define MARLIN_WS_TMA_A 1\n"
 # per SM, and a 128-row k8 tile: configs of the H200 table for M = 33..128
 CONFIGS = ["t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws",
            "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"]
-
-
-def _weight(k, n, zp=False, act=False, seed=0):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((k, n)).astype(np.float32) * 0.02
-    qw = mc.quantize(w, bits=4, group_size=128, sym=not zp)
-    if act:
-        g_idx = (rng.permutation(k) // 128).astype(np.int32)
-        qw = mc.QuantizedWeight(qw.q, qw.scales, qw.zeros, g_idx, 4, 128)
-    return mc.pack(qw).to_device()
-
-
-def _x(m, k, seed=1):
-    return cp.asarray(np.random.default_rng(seed).standard_normal((m, k)).astype(np.float16))
-
-
-def _same(a, b):
-    return bool(cp.array_equal(a.view(cp.uint16), b.view(cp.uint16)))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
