@@ -133,14 +133,22 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
                              arch_suffix=cfg.arch_suffix)
     ker = module.get_function(kernels.marlin_entry(cfg, has_zp, fma))
     ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
-    probe = re.search(r"#define\s+MARLIN_PROBE\s+(\d+)", prefix)
-    if probe and int(probe.group(1)) in STAMP_PROBES:
+    if _switch(prefix, "MARLIN_PROBE") in STAMP_PROBES:
         _stamping.add(ker.kernel.ptr)
-    tma = re.search(r"#define\s+MARLIN_WS_TMA_A\s+(-?\d+)", prefix)
-    if (int(tma.group(1)) if tma else kernels.defines().get("MARLIN_WS_TMA_A", 0)) \
-            and cfg.producer and cfg.wgmma:
+    if _switch(prefix, "MARLIN_WS_TMA_A") and cfg.producer and cfg.wgmma:
         _tma_maps[ker.kernel.ptr] = module.get_global("marlin_tmap_a")
     return ker
+
+
+def _switch(prefix: str, name: str) -> int:
+    """The value a build of ``prefix`` + ``kernels.marlin_source`` gives the switch ``name``:
+    ``$MARLIN_CUPY_DEFINES``'s (its ``#define`` comes after the prefix's, and the later one
+    holds), else the prefix's, else 0."""
+    env = kernels.defines()
+    if name in env:
+        return env[name]
+    found = re.search(rf"#define\s+{name}\s+(-?\d+)", prefix)
+    return int(found.group(1)) if found else 0
 
 
 #: (Measurement, benchmarks/NOTES.md entry 101) The ``MARLIN_WS_TMA_A`` builds that
@@ -151,7 +159,6 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
 #: Such a launch takes no fast path and no graph capture. One map per module: calls of one
 #: build on two streams at once with different ``x`` can race (a measurement build, one stream).
 _tma_maps: dict = {}
-_tma_bytes: dict = {}            # (address, m, k, tile_m) -> the map's bytes
 _tma_written: dict = {}          # module global's address -> (stream, key) of its last write
 
 
@@ -164,12 +171,7 @@ def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
     key = (x2.data.ptr, x2.shape[0], x2.shape[1], tile_m)
     if _tma_written.get(memptr.ptr) == (stream.ptr, key):
         return
-    raw = _tma_bytes.get(key)
-    if raw is None:
-        if len(_tma_bytes) > 1024:
-            _tma_bytes.clear()
-        raw = _tma_bytes[key] = np.frombuffer(
-            tma.activation_map(x2.data.ptr, x2.shape[0], x2.shape[1], tile_m), np.uint8)
+    raw = np.frombuffer(tma.activation_map(*key), np.uint8)
     cp.ndarray((tma.MAP_BYTES,), cp.uint8, memptr=memptr).set(raw, stream=stream)
     _tma_written[memptr.ptr] = (stream.ptr, key)
 

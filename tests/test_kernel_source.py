@@ -584,3 +584,20 @@ def test_the_tensor_copy_switch_is_live(monkeypatch, name, boxes):
     # one copy per box in the fill's code (unrolled loops may repeat the fill)
     assert len(copy.findall(tma)) % boxes == 0 and copy.findall(tma)
     assert tma.count(fence) < plain.count(fence)
+
+
+def test_a_builds_switches_come_from_the_environment_then_its_prefix(monkeypatch):
+    """``ops._switch``: what ``build_kernel`` marks a build by (stamping probes, tensor-copied
+    activations) is the value the build's source gives the switch: ``$MARLIN_CUPY_DEFINES``'s
+    (its line comes after the prefix's, and the later ``#define`` holds), else the prefix's,
+    else 0."""
+    from marlin_cupy import ops
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    assert ops._switch("", "MARLIN_PROBE") == 0
+    assert ops._switch("#define MARLIN_PROBE 5\n", "MARLIN_PROBE") == 5
+    assert ops._switch("#define MARLIN_PROBE_X 5\n", "MARLIN_PROBE") == 0
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_WS_TMA_A=1,MARLIN_PROBE=4")
+    assert ops._switch("", "MARLIN_WS_TMA_A") == 1
+    assert ops._switch("", "MARLIN_PROBE") in ops.STAMP_PROBES
+    assert ops._switch("#define MARLIN_WS_TMA_A 0\n", "MARLIN_WS_TMA_A") == 1
+    assert ops._switch("#define MARLIN_COOP_HALF 1\n", "MARLIN_COOP_HALF") == 1
