@@ -217,6 +217,48 @@ def read_json(path) -> dict:
     return json.loads(path.read_text())
 
 
+#: The sets a full sweep of the harness covers (``python -m marlin_cupy.bench``'s default).
+SWEEP_SETS = ("llama2-7b", "llama2-13b", "llama2-70b")
+
+
+def newest_sweep(root, sets=SWEEP_SETS, device: str | None = None):
+    """``(path, record)`` of the newest full benchmark sweep under ``root`` (searched at any
+    depth; sessions keep their sweeps in sub-folders, plain or gzipped), or ``None``.
+
+    A full sweep is a ``bench`` record of the shipped build that covers every set of ``sets``
+    with single launches: not aborted, no ``kernel_defines`` (an experimental build), no chain
+    of launches (``method.chain_len`` 0). ``device`` is matched against the device's name
+    (case-insensitive substring). Newest is by the record's own ``date``, not the folder's name
+    or the file's time."""
+    best = None
+    for path in sorted(Path(root).rglob("*_bench.json*")):
+        if not path.name.endswith(("_bench.json", "_bench.json.gz")):
+            continue
+        rec = read_json(path)
+        if rec.get("kind") != "bench" or rec.get("aborted") or rec.get("kernel_defines"):
+            continue
+        if (rec.get("method") or {}).get("chain_len", 0):
+            continue
+        name = (rec.get("device") or {}).get("name") or ""
+        if device is not None and device.lower() not in name.lower():
+            continue
+        if not set(sets) <= set(rec.get("sets") or ()):
+            continue
+        when = _when(rec.get("date"))
+        if when is not None and (best is None or when > best[0]):
+            best = (when, path, rec)
+    return best[1:] if best else None
+
+
+def _when(date):
+    """A record's ISO 8601 ``date`` as an aware datetime (naive ones read as UTC), or None."""
+    try:
+        when = datetime.fromisoformat(str(date).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 # ---------------------------------------------------------------------------------------------
 # Minimum schemas (DESIGN.md s.8)
 # ---------------------------------------------------------------------------------------------

@@ -226,3 +226,65 @@ def test_environment_names_experimental_kernel_builds(monkeypatch):
     assert "kernel_defines" not in records.environment()
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_DESC_ADD=1, MARLIN_PAR_COOP=0")
     assert records.environment()["kernel_defines"] == {"MARLIN_DESC_ADD": 1, "MARLIN_PAR_COOP": 0}
+
+
+def _sweep(date, **extra):
+    rec = bench_record()
+    rec.update(date=date, sets={s: [[4096, 4096]] for s in records.SWEEP_SETS},
+               method={"chain_len": 0}, aborted=None)
+    rec.update(extra)
+    return rec
+
+
+def test_newest_sweep_searches_every_depth_and_compares_dates(tmp_path):
+    import gzip
+    older = records.write_json(tmp_path / "z_late_name" / "a_bench.json",
+                               _sweep("2026-12-01T10:00:00+00:00"))
+    newer = records.write_json(tmp_path / "a_early_name" / "call7" / "bench" / "b_bench.json",
+                               _sweep("2026-12-03T09:00:00Z"))
+    packed = tmp_path / "x" / "c_bench.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(json.dumps(_sweep("2026-12-02T23:59:00+00:00")).encode()))
+    path, rec = records.newest_sweep(tmp_path)
+    assert path == newer and rec["date"].startswith("2026-12-03")
+    newer.unlink()
+    assert records.newest_sweep(tmp_path)[0] == packed        # gzipped ones count, by date
+    packed.unlink()
+    assert records.newest_sweep(tmp_path)[0] == older
+
+
+@pytest.mark.parametrize("extra", [
+    {"kernel_defines": {"MARLIN_PROBE": 1}},                  # an experimental build
+    {"aborted": "budget"},
+    {"method": {"chain_len": 16}},                            # chains, another method
+    {"sets": {"llama2-70b": [[8192, 8192]]}},                 # not every set
+    {"kind": "device_check"},
+    {"date": "not a date"},
+])
+def test_newest_sweep_skips_what_is_not_a_full_sweep_of_the_shipped_build(tmp_path, extra):
+    kept = records.write_json(tmp_path / "old_bench.json", _sweep("2026-11-01T00:00:00+00:00"))
+    new = _sweep("2026-12-01T00:00:00+00:00")
+    new.update(extra)
+    records.write_json(tmp_path / "new_bench.json", new, validate=False)
+    assert records.newest_sweep(tmp_path)[0] == kept
+
+
+def test_newest_sweep_filters_by_device_and_says_when_there_is_none(tmp_path):
+    assert records.newest_sweep(tmp_path) is None
+    records.write_json(tmp_path / "a_bench.json", _sweep("2026-12-01T00:00:00+00:00"))
+    assert records.newest_sweep(tmp_path, device="h200") is not None
+    assert records.newest_sweep(tmp_path, device="A100") is None
+
+
+def test_the_readme_names_the_newest_committed_sweep():
+    """README.md's "Latest H200 results" points at the newest full H200 sweep committed (the
+    notebook reads it through ``newest_sweep`` too): a new sweep needs the README updated."""
+    if not RESULTS.is_dir():
+        pytest.skip("no benchmarks/results in this tree (an installed package)")
+    found = records.newest_sweep(RESULTS, device="H200")
+    assert found is not None
+    folder = found[0].parent.relative_to(records.REPO_ROOT).as_posix()
+    readme = (records.REPO_ROOT / "README.md").read_text()
+    section = readme.split("## Latest H200 results", 1)[1].split("\n## ", 1)[0]
+    assert f"`{folder}/`" in section, f"README's latest results do not name {folder}/"
+    assert found[1]["git_commit"][:7] in section
