@@ -15,7 +15,7 @@ Writes OUTDIR/device_check.json (DESIGN.md s.8, validated) and OUTDIR/device_che
 
 Environment variables:
   SKIP_PYTEST=1, SKIP_SANITIZER=1, SKIP_BENCH=1   leave a stage out
-  GPU_TESTS_TIMEOUT (default 420), SANITIZER_TIMEOUT (per tool, default 120),
+  GPU_TESTS_TIMEOUT (default 420), SANITIZER_TIMEOUT (per tool, default 240),
   BENCH_TIMEOUT (default 150), DEVICE_CHECK_BUDGET (whole run, default 580) in seconds
   PYTEST_ARGS    extra pytest arguments, e.g. "-k odd_m -x"
   SANITIZE_ARGS  arguments for sanitize_case.py, e.g. "--all-configs"
@@ -255,7 +255,7 @@ def stage_sanitizer(out: Path, budget: Budget) -> tuple:
     baseline.unlink(missing_ok=True)
     case = [sys.executable, str(ROOT / "scripts" / "sanitize_case.py"),
             *shlex.split(os.environ.get("SANITIZE_ARGS", "")), "--fp16-errors", str(baseline)]
-    timeout = _env_seconds("SANITIZER_TIMEOUT", 120)
+    timeout = _env_seconds("SANITIZER_TIMEOUT", 240)
     stage = {"tool": tool, "runs": {}}
     plain = run_logged(case, out / "logs" / "sanitize_case.log", budget.clamp(timeout))
     stage["runs"]["plain"] = _public(plain)
@@ -302,6 +302,20 @@ def stage_bench(out: Path, budget: Budget) -> dict:
 # The record
 # ---------------------------------------------------------------------------------------------
 
+def _tool_count(san: dict, stage: dict, name: str) -> str:
+    """"memcheck 0 errors", or why the record holds -1 for the tool: its run printed no
+    summary, because it timed out or exited early (the log under logs/ has what it printed)."""
+    count = san.get(f"{name}_errors", -1)
+    if count >= 0:
+        return f"{name} {count} errors"
+    run = (stage.get("runs") or {}).get(name) or {}
+    if run.get("timed_out"):
+        why = f"timed out after {run.get('seconds', '?')} s (SANITIZER_TIMEOUT)"
+    else:
+        why = f"exit {run.get('rc', '?')}"
+    return f"{name} incomplete: no summary printed, {why} (-1 in the record)"
+
+
 def markdown(rec: dict) -> str:
     dev, py, san, stages = rec["device"], rec["pytest"], rec["sanitizer"], rec["stages"]
     v = rec["versions"]
@@ -333,8 +347,8 @@ def markdown(rec: dict) -> str:
         lines += ["", f"**compute-sanitizer** (scripts/sanitize_case.py: smoke kernel "
                   f"{cases.get('smoke', '?')}, {cases.get('matmul_cases', '?')} matmul cases, "
                   f"{cases.get('failures', '?')} failures, {cases.get('skipped', '?')} skipped): "
-                  f"memcheck {san['memcheck_errors']} "
-                  f"errors, racecheck {san['racecheck_errors']} errors (-1: no summary printed)"]
+                  f"{_tool_count(san, stages['sanitizer'], 'memcheck')}, "
+                  f"{_tool_count(san, stages['sanitizer'], 'racecheck')}"]
     summary = stages.get("bench", {}).get("summary")
     if summary:
         lines += ["", "**bench** (sum over the set's layers; FP16 = fastest of "

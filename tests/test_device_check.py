@@ -92,3 +92,27 @@ def test_sanitized_runs_read_the_plain_runs_fp16_errors(tmp_path, monkeypatch):
     for cmd in calls:
         assert cmd[cmd.index("--fp16-errors") + 1] == str(stale)
     assert counts == {"memcheck_errors": 0, "racecheck_errors": 0} and stage["status"] == "ok"
+
+
+def test_the_markdown_says_why_a_sanitizer_count_is_missing():
+    """A tool that printed no summary is -1 in the record; the markdown says it is incomplete
+    and why (a racecheck run out of its time read as "-1 errors" once: session 47)."""
+    stage = {"status": "failed",
+             "cases": {"smoke": "ok", "matmul_cases": 628, "failures": 0, "skipped": 92},
+             "runs": {"memcheck": {"rc": 0, "timed_out": False, "seconds": 20.0},
+                      "racecheck": {"rc": -9, "timed_out": True, "seconds": 120.0}}}
+    san = {"memcheck_errors": 0, "racecheck_errors": -1}
+    assert device_check._tool_count(san, stage, "memcheck") == "memcheck 0 errors"
+    text = device_check._tool_count(san, stage, "racecheck")
+    assert text.startswith("racecheck incomplete") and "timed out after 120.0 s" in text
+    stage["runs"]["racecheck"] = {"rc": 1, "timed_out": False, "seconds": 3.0}
+    assert "exit 1" in device_check._tool_count(san, stage, "racecheck")
+    rec = {"device": {"name": "NVIDIA H200", "sms": 132}, "date": "2026-12-03T16:00:00+00:00",
+           "git_commit": "abc", "ok": False,
+           "versions": dict.fromkeys(("python", "numpy", "cupy", "cuda_runtime", "cuda_driver", "torch",
+                                      "nvrtc"), "x"),
+           "pytest": {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}, "sanitizer": san,
+           "stages": {"sanitizer": stage, "pytest": {"status": "skipped"}}}
+    md = device_check.markdown(rec)
+    assert "memcheck 0 errors, racecheck incomplete: no summary printed, exit 1" in md
+    assert "-1 errors" not in md
