@@ -5,7 +5,7 @@
 #   check:        device check (all GPU tests, compute-sanitizer), now more than 10 minutes;
 #   check-kernel: the GPU tests of tests/test_kernel_gpu.py alone (about 5.5 minutes);
 #   check-rest:   the other GPU test files, then compute-sanitizer (about 5-6 minutes);
-#   bench:        full benchmark sweep and compile times, about 3 minutes.
+#   bench:        full benchmark sweep and compile times, about 2-3 minutes.
 # check-kernel and check-rest together are `check`, one device call each.
 #
 #   bash scripts/h200_records.sh OUTDIR COMMIT [check | check-kernel | check-rest | bench | all]
