@@ -217,19 +217,18 @@ def read_json(path) -> dict:
     return json.loads(path.read_text())
 
 
-#: The sets a full sweep of the harness covers (``python -m marlin_cupy.bench``'s default).
-SWEEP_SETS = ("llama2-7b", "llama2-13b", "llama2-70b")
-
-
-def newest_sweep(root, sets=SWEEP_SETS, device: str | None = None):
+def newest_sweep(root, sets=None, device: str | None = None):
     """``(path, record)`` of the newest full benchmark sweep under ``root`` (searched at any
     depth; sessions keep their sweeps in sub-folders, plain or gzipped), or ``None``.
 
     A full sweep is a ``bench`` record of the shipped build that covers every set of ``sets``
-    with single launches: not aborted, no ``kernel_defines`` (an experimental build), no chain
+    (default: the benchmark's shape sets, ``bench.shapes.SHAPE_SETS``) with single launches: not aborted, no ``kernel_defines`` (an experimental build), no chain
     of launches (``method.chain_len`` 0). ``device`` is matched against the device's name
     (case-insensitive substring). Newest is by the record's own ``date``, not the folder's name
     or the file's time."""
+    if sets is None:
+        from .bench.shapes import SHAPE_SETS   # here, not at the top: bench imports this module
+        sets = SHAPE_SETS
     best = None
     for path in sorted(Path(root).rglob("*_bench.json*")):
         if not path.name.endswith(("_bench.json", "_bench.json.gz")):
@@ -277,13 +276,7 @@ def _is_str(v):
 
 
 def _is_date(v):
-    if not isinstance(v, str):
-        return False
-    try:
-        datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
+    return isinstance(v, str) and _when(v) is not None
 
 
 class _Checker:

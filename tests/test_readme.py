@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from marlin_cupy.bench.shapes import SHAPE_SETS
 from marlin_cupy.config import KernelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 TABLE = ROOT / "marlin_cupy" / "tuned" / "NVIDIA_H200.json"
-LLAMA2 = {(4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096),
-          (5120, 15360), (5120, 5120), (5120, 27648), (13824, 5120),
-          (8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192)}
+LLAMA2 = {shape for shapes in SHAPE_SETS.values() for shape in shapes}   # the 12 llama2 layers
 
 
 @pytest.fixture(scope="module")

@@ -230,7 +230,8 @@ def test_environment_names_experimental_kernel_builds(monkeypatch):
 
 def _sweep(date, **extra):
     rec = bench_record()
-    rec.update(date=date, sets={s: [[4096, 4096]] for s in records.SWEEP_SETS},
+    from marlin_cupy.bench.shapes import SHAPE_SETS
+    rec.update(date=date, sets={s: [[4096, 4096]] for s in SHAPE_SETS},
                method={"chain_len": 0}, aborted=None)
     rec.update(extra)
     return rec
