@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import graphs, jit, kernels
+from . import graphs, jit, kernels, records
 from . import pdl as _pdl
 from .config import KernelConfig, choose_config, group_blocks_for
 from .weights import MarlinWeight
@@ -620,10 +620,14 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     cp = _cupy()
     out_arg = out                     # the caller's (``out`` is the output from here on)
     is_torch = type(x).__module__.startswith("torch")
-    launch_stream = launch_stream_for(x, stream)
-    check_pdl(pdl, None)
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
+    try:
+        launch_stream = launch_stream_for(x, stream)   # the first CUDA call of a first call
+    except Exception as e:
+        records.raise_if_no_gpu("marlin_cupy.matmul", e)
+        raise
+    check_pdl(pdl, None)
     capturing = graphs.is_capturing(launch_stream)
     # Under capture, everything below may compile, load a module or allocate: calls that a
     # capture in torch's default (global) mode forbids unless this thread relaxes its mode.

@@ -98,6 +98,16 @@ def gpu_unavailable_reason():
     return None
 
 
+def raise_if_no_gpu(what: str, err: BaseException) -> None:
+    """Called where a CUDA call just raised ``err``: if no GPU is usable at all, raise a
+    RuntimeError that says so (``what`` needs one, and why there is none) instead of CuPy's bare
+    CUDA error; otherwise return, and the caller re-raises ``err`` as it was."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"{what} needs a usable CUDA GPU, and there is none here: "
+                           f"{reason}.") from err
+
+
 def device_info(device_id: int = 0) -> dict:
     """Facts about one GPU that every record carries (needs a usable GPU)."""
     import cupy

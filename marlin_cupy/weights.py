@@ -190,7 +190,13 @@ class MarlinWeight:
         """The same weight with every array copied to the current CuPy device."""
         import cupy as cp
         move = (lambda a: None if a is None else cp.ascontiguousarray(cp.asarray(a)))
-        return MarlinWeight(move(self.qweight), move(self.scales), move(self.zeros),
+        try:
+            qweight = move(self.qweight)
+        except Exception as e:
+            from .records import raise_if_no_gpu
+            raise_if_no_gpu("MarlinWeight.to_device", e)
+            raise
+        return MarlinWeight(qweight, move(self.scales), move(self.zeros),
                             move(self.perm), self.bits, self.group_size, self.k, self.n)
 
     def to_host(self) -> "MarlinWeight":

@@ -1,0 +1,66 @@
+"""What a caller sees when a call needs the GPU and none is usable: a RuntimeError that names the
+call and the reason (``records.gpu_unavailable_reason``), not CuPy's bare CUDA error; and where a
+GPU is usable, the original error unchanged. Runs on any machine: the CUDA failure and the
+reason are stood in for."""
+import numpy as np
+import pytest
+
+import marlin_cupy as mc
+from marlin_cupy import ops, records
+
+
+class FakeCudaError(Exception):
+    """Stands in for ``cupy.cuda.runtime.CUDARuntimeError``."""
+
+
+def _host_weight():
+    w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    return mc.pack(mc.quantize(w, bits=4, group_size=128))
+
+
+def _fail_stream(*args, **kwargs):
+    raise FakeCudaError("cudaErrorInsufficientDriver")
+
+
+def test_matmul_without_a_gpu_names_the_call_and_the_reason(monkeypatch):
+    pytest.importorskip("cupy")
+    monkeypatch.setattr(ops, "launch_stream_for", _fail_stream)
+    monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: "CUDA reports 0 devices")
+    with pytest.raises(RuntimeError, match=r"marlin_cupy\.matmul needs a usable CUDA GPU.*"
+                                           r"CUDA reports 0 devices") as info:
+        ops._matmul_checked(np.zeros((1, 128), np.float16), _host_weight(), None, None, None,
+                            None, False, None)
+    assert isinstance(info.value.__cause__, FakeCudaError)
+
+
+def test_matmul_with_a_gpu_keeps_the_cuda_error(monkeypatch):
+    pytest.importorskip("cupy")
+    monkeypatch.setattr(ops, "launch_stream_for", _fail_stream)
+    monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
+    with pytest.raises(FakeCudaError):
+        ops._matmul_checked(np.zeros((1, 128), np.float16), _host_weight(), None, None, None,
+                            None, False, None)
+
+
+def test_a_wrong_weight_type_is_reported_before_any_cuda_call(monkeypatch):
+    pytest.importorskip("cupy")
+    monkeypatch.setattr(ops, "launch_stream_for", _fail_stream)
+    with pytest.raises(ValueError, match="mw must be a MarlinWeight"):
+        ops._matmul_checked(np.zeros((1, 128), np.float16), object(), None, None, None, None,
+                            False, None)
+
+
+def test_to_device_without_a_gpu_names_the_call_and_the_reason(monkeypatch):
+    cp = pytest.importorskip("cupy")
+    monkeypatch.setattr(cp, "asarray", _fail_stream)
+    monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: "CUDA reports 0 devices")
+    with pytest.raises(RuntimeError, match=r"MarlinWeight\.to_device needs a usable CUDA GPU"):
+        _host_weight().to_device()
+    monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
+    with pytest.raises(FakeCudaError):
+        _host_weight().to_device()
+
+
+def test_raise_if_no_gpu_returns_when_a_gpu_is_usable(monkeypatch):
+    monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
+    assert records.raise_if_no_gpu("x", ValueError("y")) is None
