@@ -871,3 +871,16 @@ def test_pdl_race_probe_problem_and_markdown():
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3] == "128" and cells[4] == "3 (12.0 µs)" and cells[-1] == "True"
     assert "skipped: no" in md and cfg.name in md.splitlines()[-1]
+
+
+def test_launch_floor_shapes_and_table():
+    lf = _load("launch_floor")
+    grids = {lf.grid_of(g, 132) for g, _, _ in lf.SHAPES}
+    assert grids == {132, 264, 2112}
+    # every shape fits one SM's 228 KB at the residency it asks for
+    for g, t, s in lf.SHAPES:
+        per_sm = 2 if g == "2sms" else 1
+        assert per_sm * s <= 227 * 1024 and t <= 1024
+    md = lf.table([{"kernel": "empty", "grid": 132, "threads": 384, "smem": 200 * 1024,
+                    "bytes": 0, "median_us": 2.5, "p20_us": 2.4, "p80_us": 2.61}])
+    assert md.splitlines()[2] == "| empty | 132 | 384 | 200 | 0 | 2.50 | 2.40 | 2.61 |"
