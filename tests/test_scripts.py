@@ -884,3 +884,43 @@ def test_launch_floor_shapes_and_table():
     md = lf.table([{"kernel": "empty", "grid": 132, "threads": 384, "smem": 200 * 1024,
                     "bytes": 0, "median_us": 2.5, "p20_us": 2.4, "p80_us": 2.61}])
     assert md.splitlines()[2] == "| empty | 132 | 384 | 200 | 0 | 2.50 | 2.40 | 2.61 |"
+
+
+def _notebook(*sources):
+    return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# t\n"]}]
+            + [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                "source": [s]} for s in sources],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_execute_notebook_stores_streams_figures_and_the_first_error(tmp_path):
+    import json
+    pytest.importorskip("matplotlib")
+    nb = tmp_path / "t.ipynb"
+    nb.write_text(json.dumps(_notebook(
+        "import sys\nx = 6 * 7\nprint('x =', x)\nprint('warn', file=sys.stderr)",
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2], [x, x])\n"
+        "plt.show()",
+        "open('made_here.txt', 'w').write(str(x))",
+        "raise ValueError('boom')",
+        "print('never')")))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = tmp_path / "out.ipynb"
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "execute_notebook.py"), str(nb),
+                          "--out", str(out)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    cells = [c for c in json.loads(out.read_text())["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in cells] == [1, 2, 3, 4, None]
+    assert cells[0]["outputs"] == [
+        {"output_type": "stream", "name": "stdout", "text": ["x = 42\n"]},
+        {"output_type": "stream", "name": "stderr", "text": ["warn\n"]}]
+    (fig,) = cells[1]["outputs"]                 # plt.show() printed nothing, warned nothing
+    assert fig["output_type"] == "display_data" and fig["data"]["image/png"]
+    assert (tmp_path / "made_here.txt").read_text() == "42"     # cells run in the notebook's folder
+    (err,) = cells[3]["outputs"]
+    assert (err["output_type"], err["ename"], err["evalue"]) == ("error", "ValueError", "boom")
+    assert cells[4]["outputs"] == []
+    meta = json.loads(out.read_text())["metadata"]["marlin_cupy_execution"]
+    assert meta["ok"] is False and meta["executor"] == "scripts/execute_notebook.py"
+    assert json.loads(nb.read_text())["cells"][1]["outputs"] == []      # --out: input untouched
