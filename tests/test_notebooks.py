@@ -49,3 +49,25 @@ def test_notebook_gpu_steps_run_on_the_gpu(path, gpu_device, monkeypatch, capsys
         assert found, out
         ours, cublas = float(found.group(1)), float(found.group(2))
         assert ours <= 2 * cublas + 1e-4, out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_stored_outputs_are_a_gpu_run(path):
+    """The tutorials are about a GPU kernel: their stored outputs must show its GPU step, so
+    they come from a run on a GPU (``scripts/execute_notebook.py``, which the H200 can run
+    without Jupyter), named in the notebook's metadata. After editing a notebook's code,
+    re-execute it there."""
+    import json
+    import re
+    nb = json.loads(path.read_text())
+    meta = nb["metadata"].get("marlin_cupy_execution")
+    assert meta, "no marlin_cupy_execution metadata: run scripts/execute_notebook.py on a GPU"
+    assert meta["ok"] and meta["device"], meta
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    text = "".join("".join(o.get("text", [])) for o in outputs)
+    assert "No GPU here" not in text, text
+    if path.name.startswith("01_"):
+        found = re.search(r"marlin rel err ([0-9.e+-]+), cuBLAS fp16 rel err ([0-9.e+-]+)", text)
+        assert found, text
+        assert float(found.group(1)) <= 2 * float(found.group(2)) + 1e-4, text
