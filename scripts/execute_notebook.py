@@ -57,12 +57,13 @@ def _figures() -> list:
 def execute(nb: dict, cwd: Path) -> bool:
     """Run ``nb``'s code cells in place (outputs and execution counts replaced); False if a cell
     raised (that cell holds the error, the cells after it are cleared)."""
+    old_backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"
     try:                    # imported first, so that no cell's plt.show() warns under Agg
         import matplotlib.pyplot as plt
-        plt.show = lambda *args, **kwargs: None
+        old_show, plt.show = plt.show, (lambda *args, **kwargs: None)
     except ImportError:
-        pass
+        plt = None
     namespace = {"__name__": "__main__"}
     count, ok = 0, True
     old = Path.cwd()
@@ -96,8 +97,14 @@ def execute(nb: dict, cwd: Path) -> bool:
                                 "evalue": str(error),
                                 "traceback": traceback.format_exception(error)})
             cell["outputs"], cell["execution_count"] = outputs, count
-    finally:
+    finally:               # the caller's process as it was (a test may run this in pytest's)
         os.chdir(old)
+        if plt is not None:
+            plt.show = old_show
+        if old_backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = old_backend
     return ok
 
 

@@ -34,7 +34,7 @@ extern "C" __global__ void empty(int* sink, int flag) {
 }
 '''
 
-#: (grid, threads, dynamic shared memory bytes); grid None = one CTA per SM, 2 * None = two.
+#: (grid, threads, dynamic shared memory bytes); grid "sms" = one CTA per SM, "2sms" = two.
 SHAPES = [(g, t, s) for g in ("sms", "2sms", 2112)
           for t in (128, 256, 384, 640)
           for s in (0, 48 * 1024, 100 * 1024, 200 * 1024, 227 * 1024)

@@ -924,3 +924,13 @@ def test_execute_notebook_stores_streams_figures_and_the_first_error(tmp_path):
     meta = json.loads(out.read_text())["metadata"]["marlin_cupy_execution"]
     assert meta["ok"] is False and meta["executor"] == "scripts/execute_notebook.py"
     assert json.loads(nb.read_text())["cells"][1]["outputs"] == []      # --out: input untouched
+
+
+def test_execute_notebook_in_process_leaves_the_process_as_it_was(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    monkeypatch.setenv("MPLBACKEND", "pdf")
+    show, cwd = plt.show, os.getcwd()
+    nb = _notebook("import os\nprint(os.environ['MPLBACKEND'], os.path.basename(os.getcwd()))")
+    assert _load("execute_notebook").execute(nb, tmp_path)
+    assert nb["cells"][1]["outputs"][0]["text"] == [f"Agg {tmp_path.name}\n"]
+    assert (plt.show, os.getcwd(), os.environ["MPLBACKEND"]) == (show, cwd, "pdf")
