@@ -42,7 +42,8 @@ class TestSelection:
         of the two does not compete; the entry names the M and the sum."""
         assert tune.bucket_ms(8) == (1, 8) and tune.bucket_ms(16) == (16,)
         assert tune.bucket_ms(256) == (256,) and tune.bucket_ms(512) == (384, 512)   # entry 86
-        assert tune.bucket_ms(128) == (96, 128) and tune.bucket_ms(192) == (160, 192)  # entry 91
+        assert tune.bucket_ms(128) == (112, 128) and tune.bucket_ms(192) == (160, 192)  # entry 91
+        assert tune.bucket_ms(96) == (80, 96)                                          # entry 104
         assert tune.bucket_ms(64) == (64,)
         assert tune.bucket_ms(M_BUCKETS[-1]) == (640, 1024, 2048)   # the open bucket
         a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
@@ -734,3 +735,25 @@ def test_the_shipped_table_is_written_by_write_table(tmp_path):
     tune.write_table(tmp_path / "t.json", json.loads(path.read_text()))
     assert (tmp_path / "t.json").read_text() == path.read_text()
 
+
+
+def test_tall_twins_keep_the_tile_and_take_the_buckets_slab():
+    """A narrow re-tune's tall twins (NOTES.md entry 104): the 96-row twin of a 128- or 64-row
+    wgmma config keeps its tile, depth (or fewer stages), reduction and producer, with warps of
+    at most 32 columns; the 48-row twin of a 32- or 64-row one keeps 64-column warps; other
+    buckets, heights and mma.sync configs have none; every twin is a valid config."""
+    k = KernelConfig.from_name
+    assert [c.name for c in tune.tall_twins(k("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"), 96)] \
+        == ["t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws"]
+    assert [c.name for c in tune.tall_twins(k("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"), 96)] \
+        == ["t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws"]     # fewer stages: shared memory
+    assert [c.name for c in tune.tall_twins(k("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws"), 48)] \
+        == ["t256_m3_n32_k8_s3_g8_fp32_sw6_wg_ws"]
+    assert tune.tall_twins(k("t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws"), 96) == []   # 16 warps of 32
+    assert tune.tall_twins(k("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"), 48) == []
+    assert tune.tall_twins(k("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"), 128) == []
+    assert tune.tall_twins(k("t256_m1_n16_k8_s6_g8_fp32par_sw1_eb"), 48) == []
+    for name in ("t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2", "t256_m2_n8_k8_s8_g8_fp32par_sw4_wg_w16_ws"):
+        for b in (48, 96):
+            assert all(not t.problems() and t.tile_m == 16 * t.thread_m_blocks
+                       and t.swap_ab == tune.TALL_TWIN_OF[b][0] for t in tune.tall_twins(k(name), b))
