@@ -608,20 +608,18 @@ def tall_twins(cfg: KernelConfig, bucket: int) -> list:
     swap, sources = TALL_TWIN_OF.get(bucket, (None, ()))
     if not cfg.wgmma or cfg.swap_ab not in sources:
         return []
-    cols = min(cfg.warp_cols, 64 if swap == 6 else 32)
-    twin = cfg.with_(swap_ab=swap, thread_m_blocks=swap // 2,
-                     warp_n=0 if cols == twin_default_cols(swap) else cols)
+    # The widest warps within the accumulator bound (KernelConfig.problems: columns / 16 x
+    # swap <= 32), no wider than cfg's; warp_n=0 where that width is the swap's default.
+    cols = max(c for c in (16, 32, 64) if c <= cfg.warp_cols and c // 16 * swap <= 32)
+    twin = cfg.with_(swap_ab=swap, thread_m_blocks=swap // 2, warp_n=cols)
+    if twin.with_(warp_n=0).warp_cols == cols:
+        twin = twin.with_(warp_n=0)
     for stages in sorted({twin.stages, *(s for s in TUNE_STAGES if s < twin.stages)},
                          reverse=True):
         t = twin.with_(stages=stages)
         if not t.problems() and t.smem_bytes(True) <= SM90_SMEM_OPTIN:
             return [t]
     return []
-
-
-def twin_default_cols(swap: int) -> int:
-    """Columns per warp of a wgmma config with this swap and ``warp_n=0``."""
-    return KernelConfig(wgmma=True, swap_ab=swap, thread_m_blocks=max(1, swap // 2)).warp_cols
 
 
 def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,
