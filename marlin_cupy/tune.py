@@ -731,6 +731,21 @@ def heuristic_candidates(m: int, n: int, k: int, group_size: int, smem_limit: in
     return list(dict.fromkeys(c.with_(column_ctas=0) for c in heur + [pick]))
 
 
+def narrow_job_candidates(table: dict, n: int, k: int, bucket: int, top: int, group_size: int,
+                          smem_limit: int, sms: int | None = None, cc: str | None = "90",
+                          early_bottom: bool = False, top_sum: bool = False,
+                          wide: bool = False) -> list:
+    """What a narrow re-tune measures for one (layer, bucket): ``narrow_candidates``, then
+    ``heuristic_candidates`` and their tall twins (``tall_twins``). The twins of the
+    heuristic's configs are measured on every layer, so that ``heuristic_rule`` can choose a
+    tall slab for the bucket (it ranks the configs measured on the most layers; the top few's
+    twins differ from layer to layer)."""
+    picked = narrow_candidates(table, n, k, bucket, top, early_bottom, top_sum, wide)
+    heur = heuristic_candidates(BUCKET_M[bucket], n, k, group_size, smem_limit, sms, cc)
+    picked += heur + [t for c in heur for t in tall_twins(c, bucket)]
+    return list(dict.fromkeys(picked))
+
+
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
          top_sum: bool = False, narrow: tuple | None = None, wide: bool = False,
@@ -742,9 +757,9 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     ``early_bottom`` adds the early-bottom twin of every candidate that can take it (tiles
     below 32 rows: the buckets up to 16; NOTES.md entry 69); ``top_sum`` the twin with the
     column's top summing of every parallel-reduction candidate that can take it (entry 73).
-    ``narrow`` = (TABLE, N): measure only ``narrow_candidates`` of TABLE's N fastest per
-    (layer, bucket), and ``heuristic_candidates``, instead of every candidate (a re-tune of a
-    few variants, in minutes);
+    ``narrow`` = (TABLE, N): measure only ``narrow_job_candidates`` (TABLE's N fastest per
+    (layer, bucket) with their variants, ``heuristic_candidates`` and the tall twins),
+    instead of every candidate (a re-tune of a few variants, in minutes);
     ``wide`` adds their 512-thread twins there (``narrow_candidates``). ``column_ctas`` also
     measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84).
     ``prior`` = (TABLE, PER_CLASS, TOP): on layers TABLE never measured, only
@@ -771,11 +786,10 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                                                 facts["sms"], facts["cc"])
                     if wg or not c.wgmma]
         if narrow is not None:
-            picked = narrow_candidates(narrow[0], n, k, b, narrow[1], early_bottom, top_sum,
-                                       wide)
-            picked += heuristic_candidates(BUCKET_M[b], n, k, group_size,
-                                           facts["smem_optin"], facts["sms"], facts["cc"])
-            return [c for c in dict.fromkeys(picked)
+            picked = narrow_job_candidates(narrow[0], n, k, b, narrow[1], group_size,
+                                           facts["smem_optin"], facts["sms"], facts["cc"],
+                                           early_bottom, top_sum, wide)
+            return [c for c in picked
                     if _fits(c, n, k, facts["smem_optin"]) and (wg or not c.wgmma)]
         return candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
                           parallel_reduce, early_bottom, top_sum)
