@@ -759,20 +759,31 @@ def test_tall_twins_keep_the_tile_and_take_the_buckets_slab():
                        and t.swap_ab == tune.TALL_TWIN_OF[b][0] for t in tune.tall_twins(k(name), b))
 
 
-def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer():
+def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer(monkeypatch):
     """The narrow re-tune of bucket 48 or 96 measures the sm_90 heuristic's configs and their
     tall twins on every layer, also where the table's own top few have no twin (an mma.sync
     winner), so that ``heuristic_rule`` can rank a tall slab over the whole layer set."""
-    from marlin_cupy.config import sm90_candidates
+    from marlin_cupy import config
     name = "t128_m3_n4_k8_s4_g8_fp32par"               # an mma.sync config: no tall twin
     table = {"measurements": [{"n": 4096, "k": 4096, "m": m, "config": name, "median_us": 9.0}
-                              for m in (40, 48)]}
-    got = tune.narrow_job_candidates(table, 4096, 4096, 48, 3, 128, tune.SM90_SMEM_OPTIN, 132)
-    heur = sm90_candidates(48, 4096, 4096, 128, smem_limit=tune.SM90_SMEM_OPTIN)
-    twins = [t for c in heur for t in tune.tall_twins(c, 48)]
-    assert got[0].name == name and len(twins) == len(heur) > 0
-    assert all(c in got for c in heur + twins) and len(set(got)) == len(got)
-    assert all(t.swap_ab == 6 for t in twins)
+                              for m in (40, 48, 80, 96)]}
+
+    def got(bucket):
+        return tune.narrow_job_candidates(table, 4096, 4096, bucket, 3, 128,
+                                          tune.SM90_SMEM_OPTIN, 132)
+    for bucket in (48, 96):
+        heur = config.sm90_candidates(bucket, 4096, 4096, 128, smem_limit=tune.SM90_SMEM_OPTIN)
+        twins = [t for c in heur for t in tune.tall_twins(c, bucket)]
+        picked = got(bucket)
+        assert picked[0].name == name and heur and len(set(picked)) == len(picked)
+        assert all(c in picked for c in heur + twins)
+        assert any(c.swap_ab == tune.TALL_TWIN_OF[bucket][0] for c in picked)
+    # A heuristic of 64-row slabs (before NOTES.md entry 105): each gets its 48-row twin.
+    sixty_four = ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+                  "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws")
+    monkeypatch.setitem(config.SM90_HEURISTIC, 48, sixty_four)
+    names = [c.name for c in got(48)]
+    assert names == [name, *sixty_four, "t256_m3_n16_k8_s6_g8_fp32par_sw6_wg_w32_ws",
+                     "t256_m3_n8_k8_s8_g8_fp32par_sw6_wg_w16_ws"]
     # Where the bucket has no tall slab, the heuristic's configs alone.
-    got16 = tune.narrow_job_candidates(table, 4096, 4096, 16, 3, 128, tune.SM90_SMEM_OPTIN, 132)
-    assert not any(c.swap_ab in (6, 12) for c in got16)
+    assert not any(c.swap_ab in (6, 12) for c in got(16))
