@@ -746,7 +746,7 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 #define MC_OUT(i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
 #define MC_WGMMA_IN(scale_d) "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d)
 
-// The seven shapes' asm, with accumulator constraints D (MC_ACC or MC_OUT) and scale-d S.
+// The nine shapes' asm, with accumulator constraints D (MC_ACC or MC_OUT) and scale-d S.
 #define MC_WGMMA_SHAPES(D, S) \
   if constexpr (N == 8) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" \
@@ -778,11 +778,23 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
                  "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
                  : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7) \
                  : MC_WGMMA_IN(S)); \
+  if constexpr (N == 80) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, " \
+                 "{%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7), D(8), D(9) \
+                 : MC_WGMMA_IN(S)); \
   if constexpr (N == 96) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n" \
                  "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, " \
                  "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n" \
                  : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7), D(8), D(9), D(10), D(11) \
+                 : MC_WGMMA_IN(S)); \
+  if constexpr (N == 112) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, " \
+                 "{%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n" \
+                 : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7), D(8), D(9), D(10), D(11), D(12), D(13) \
                  : MC_WGMMA_IN(S)); \
   if constexpr (N == 128) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
@@ -797,8 +809,9 @@ __device__ __forceinline__ void mma_m16n8k16_fresh(const FragA& a, const FragB& 
 // the second accumulator set of MARLIN_WG_DEFER stayed live through the epilogue and spilled).
 template <int N, bool ACC = true>
 __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned long long desc) {
-  static_assert(N == 8 || N == 16 || N == 32 || N == 48 || N == 64 || N == 96 || N == 128,
-                "wgmma N must be 8, 16, 32, 48, 64, 96 or 128");
+  static_assert(N == 8 || N == 16 || N == 32 || N == 48 || N == 64 || N == 80 || N == 96 ||
+                    N == 112 || N == 128,
+                "wgmma N must be 8, 16, 32, 48, 64, 80, 96, 112 or 128");
   // scale-d, the last input, becomes the predicate p; the A fragment follows D.
   if constexpr (ACC) {
     MC_WGMMA_SHAPES(MC_ACC, 1)
@@ -1081,7 +1094,7 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 // ----------------------------------------------------------------------------------------
 // Template parameters (mirrored by KernelConfig.validate() in marlin_cupy/config.py):
 //   THREADS       threads per CTA (128, 256 or 512)
-//   M_BLOCKS      16-row blocks of A per CTA tile (1..4, or 6 / 8 for wgmma with SWAP 12 / 16); M is
+//   M_BLOCKS      16-row blocks of A per CTA tile (1..4, or 5..8 for wgmma with SWAP 10..16); M is
 //                 cut into slabs of 16 * M_BLOCKS rows
 //   N_BLOCKS      16-column blocks per CTA tile; each warp owns 64 columns (4 blocks), 32 with
 //                 wgmma and SWAP == 16
@@ -1097,7 +1110,7 @@ __device__ __forceinline__ void scale_frag(FragB& f, half2 s) {
 //                 M <= 8, and the group scale can be applied in FP32 once per stage.
 //   WGMMA         (sm_90a) swapped operands through wgmma: each warpgroup (4 warps side by side
 //                 along N) multiplies 64 columns x 8*SWAP rows per instruction, SWAP in
-//                 {1, 2, 4, 6, 8, 12, 16}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
+//                 {1, 2, 4, 6, 8, 10, 12, 14, 16}, M_BLOCKS = max(1, SWAP / 2), K_BLOCKS a multiple of 4: the A
 //                 tile is stored as K_BLOCKS / 4 regions of 128-byte rows (64 halves of K), each
 //                 the 128-byte swizzle layout wgmma reads through a descriptor.
 //   PAR_REDUCE    (FP32_REDUCE only) the CTAs sharing a column do not add their partial sums
@@ -1324,8 +1337,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 
   static_assert(THREADS == 128 || THREADS == 256 || THREADS == 512, "THREADS must be 128, 256 or 512");
   static_assert(M_BLOCKS >= 1 &&
-                    (M_BLOCKS <= 4 || (WGMMA && (SWAP == 12 || SWAP == 16) && M_BLOCKS == SWAP / 2)),
-                "M_BLOCKS must be 1..4 (6 or 8 with wgmma and SWAP == 12 or 16)");
+                    (M_BLOCKS <= 4 || (WGMMA && SWAP >= 10 && M_BLOCKS == SWAP / 2)),
+                "M_BLOCKS must be 1..4 (5..8 with wgmma and SWAP == 2 * M_BLOCKS)");
   static_assert(N_BLOCKS % 4 == 0 && N_WARPS >= 1 && WARPS % N_WARPS == 0,
                 "N_BLOCKS must be a multiple of 4 with the warps along N dividing the warp count");
   static_assert((K_WARPS & (K_WARPS - 1)) == 0, "warps along K must be a power of two");
@@ -1337,9 +1350,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static_assert(WGMMA || (SWAP >= 0 && SWAP <= 2 && (SWAP == 0 || M_BLOCKS == 1)),
                 "SWAP must be 0, or 1..2 with M_BLOCKS == 1");
   static_assert(!WGMMA || ((SWAP == 1 || SWAP == 2 || SWAP == 4 || SWAP == 6 || SWAP == 8 ||
-                            SWAP == 12 || SWAP == 16) &&
+                            SWAP == 10 || SWAP == 12 || SWAP == 14 || SWAP == 16) &&
                            M_BLOCKS == (SWAP + 1) / 2 && K_BLOCKS % 4 == 0 && N_WARPS % 4 == 0),
-                "WGMMA needs SWAP in {1,2,4,6,8,12,16}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 "
+                "WGMMA needs SWAP in {1,2,4,6,8,10,12,14,16}, M_BLOCKS = max(1, SWAP/2), K_BLOCKS % 4 == 0 "
                 "and whole warpgroups of 4 warps along N");
   static_assert(!WGMMA || WARP_TILES * SW <= 32,
                 "at most 128 accumulators per thread (columns per warp x rows <= 32 x 128)");

@@ -22,9 +22,9 @@ TILE_SHAPES = (
 GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
 DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
 MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
-WGMMA_SWAPS = (1, 2, 4, 6, 8, 12, 16)   # 8-row blocks per wgmma; 16: 128-row slabs, 32-column warps
-#: wgmma swaps whose tiles are taller than MAX_M_BLOCKS blocks of 16 rows: 96- and 128-row slabs.
-TALL_SWAPS = (12, 16)
+WGMMA_SWAPS = (1, 2, 4, 6, 8, 10, 12, 14, 16)   # 8-row blocks per wgmma; 16: 128-row slabs
+#: wgmma swaps whose tiles are taller than MAX_M_BLOCKS blocks of 16 rows: 80- to 128-row slabs.
+TALL_SWAPS = (10, 12, 14, 16)
 PRODUCER_THREADS = 128           # the producer warpgroup (the kernel's COPY_T with a producer)
 PRODUCER_REGS = 56               # the producer warpgroup's setmaxnreg (MARLIN_WS_PRODUCER_REGS)
 #: The group scale inside the unpacking (the kernel's FMA; benchmarks/NOTES.md entry 87) takes
@@ -58,12 +58,13 @@ class KernelConfig:
     #: half the MMAs at M <= 8 and the group scale applied once per stage, in FP32.
     swap_ab: int = 0
     #: (sm_90a only) swapped operands through wgmma: a warpgroup multiplies 64 columns x
-    #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 6, 8, 12, 16}, thread_m_blocks =
+    #: 8*swap_ab rows per instruction; swap_ab in {1, 2, 4, 6, 8, 10, 12, 14, 16}, thread_m_blocks =
     #: max(1, swap_ab // 2), thread_k_blocks a multiple of 4, thread_n_blocks a multiple of 16.
     #: swap_ab=16 (m64n128k16, 128-row slabs) gives each warp 32 columns instead of 64, so
     #: thread_n_blocks a multiple of 8: the weights are dequantized once per 128 rows.
     #: swap_ab=6 and 12 (48- and 96-row slabs, NOTES.md entry 104) fill the steps between:
-    #: M = 33..48 and 65..96 need not pay for 64 and 128 rows of tensor work.
+    #: M = 33..48 and 65..96 need not pay for 64 and 128 rows of tensor work; 10 and 14 (80
+    #: and 112 rows, m64n80k16 and m64n112k16, entry 106) the steps of 16 rows above 64.
     wgmma: bool = False
     #: (fp32_reduce only) the CTAs sharing a column leave their partial sums side by side and
     #: the same sums are added in the same order once all are in: by the last to arrive on
@@ -325,8 +326,8 @@ class KernelConfig:
         if not (1 <= self.thread_m_blocks <= MAX_M_BLOCKS or
                 (self.wgmma and self.swap_ab in TALL_SWAPS and
                  self.thread_m_blocks == self.swap_ab // 2)):
-            errs.append(f"thread_m_blocks={self.thread_m_blocks} must be 1..{MAX_M_BLOCKS} (6 "
-                        f"or 8 only with wgmma and swap_ab=12 or 16)")
+            errs.append(f"thread_m_blocks={self.thread_m_blocks} must be 1..{MAX_M_BLOCKS} (5 "
+                        f"to 8 only with wgmma and swap_ab=2 * thread_m_blocks)")
         warps = self.threads // 32
         if self.thread_n_blocks % 4 or self.thread_n_blocks == 0 or \
                 warps % max(self.n_warps, 1) or self.n_warps > warps:
@@ -352,7 +353,7 @@ class KernelConfig:
             if self.swap_ab not in WGMMA_SWAPS or \
                     self.thread_m_blocks != max(1, self.swap_ab // 2) or \
                     self.thread_k_blocks % 4 or self.n_warps % 4:
-                errs.append(f"wgmma needs swap_ab in 1, 2, 4, 6, 8, 12, 16 with thread_m_blocks = "
+                errs.append(f"wgmma needs swap_ab in 1, 2, 4, 6, 8, 10, 12, 14, 16 with thread_m_blocks = "
                             f"max(1, swap_ab // 2), thread_k_blocks a multiple of 4 and thread_n_blocks a "
                             f"multiple of 16 (of 8 with swap_ab=16: whole warpgroups along N) "
                             f"(got swap_ab={self.swap_ab}, m={self.thread_m_blocks}, "
@@ -485,7 +486,13 @@ WGMMA_EXAMPLES = tuple(KernelConfig.from_name(n) for n in (
     "t256_m4_n16_k8_s3_g8_fp32_sw8_wg_ws", "t128_m1_n16_k4_s4_g8_fp32_sw2_wg_ws",
     "t256_m2_n16_k8_s6_g8_fp32_sw4_wg_w32_ws", "t256_m8_n8_k8_s4_gc_fp32_sw16_wg_ws",
     # 512 compute threads (96 registers at launch; 56 for the producer, 104 for them)
-    "t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws"))
+    "t512_m4_n32_k8_s3_g8_fp32_sw8_wg_w32_ws",
+    # 80- and 112-row slabs (swap_ab 10 and 14, NOTES.md entry 106): the twins of the H200
+    # table's 96- and 128-row entries (two CTAs of 128, K split across warps, both
+    # reductions), per-channel and g64 scales
+    "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws", "t128_m5_n8_k8_s4_g8_fp32par_sw10_wg_w32_ws",
+    "t256_m5_n8_k4_s6_gc_fp32par_sw10_wg_w16_ws", "t256_m7_n16_k8_s4_g8_fp32_sw14_wg_w32_ws",
+    "t256_m7_n8_k4_s8_g8_fp32par_sw14_wg_w16_ws", "t256_m7_n16_k4_s8_g4_fp32par_sw14_wg_w32_ws"))
 
 #: Instances with the parallel cross-CTA reduction (``parallel_reduce``), one per path through
 #: the epilogue: row-major and swapped accumulators, per-channel and grouped scales, wgmma

@@ -33,7 +33,8 @@ import re
 import sys
 from pathlib import Path
 
-from .config import (KernelConfig, MAX_M_BLOCKS, group_blocks_for, m_bucket, M_BUCKETS)
+from .config import (KernelConfig, MAX_M_BLOCKS, WGMMA_SWAPS, group_blocks_for, m_bucket,
+                     M_BUCKETS)
 
 #: Tile shapes (threads, n_blocks, k_blocks) the tuner tries, and the pipeline depths.
 TUNE_SHAPES = ((256, 16, 8), (256, 8, 8), (256, 16, 4), (128, 8, 4), (256, 16, 16),
@@ -608,6 +609,17 @@ def tall_twins(cfg: KernelConfig, bucket: int) -> list:
     swap, sources = TALL_TWIN_OF.get(bucket, (None, ()))
     if not cfg.wgmma or cfg.swap_ab not in sources:
         return []
+    twin = slab_twin(cfg, swap)
+    return [twin] if twin is not None else []
+
+
+def slab_twin(cfg: KernelConfig, swap: int) -> KernelConfig | None:
+    """``cfg`` (a wgmma config) with slabs of 8 * ``swap`` rows: the same tile, depth,
+    reduction and producer, its warps as wide as the accumulators allow (columns / 16 x swap
+    at most 32) and no wider than cfg's, and as many fewer stages as shared memory needs (for
+    zero points too); None where none is valid or cfg is not a wgmma config."""
+    if not cfg.wgmma or swap not in WGMMA_SWAPS or swap < 2:
+        return None
     # The widest warps within the accumulator bound (KernelConfig.problems: columns / 16 x
     # swap <= 32), no wider than cfg's; warp_n=0 where that width is the swap's default.
     cols = max(c for c in (16, 32, 64) if c <= cfg.warp_cols and c // 16 * swap <= 32)
@@ -618,8 +630,8 @@ def tall_twins(cfg: KernelConfig, bucket: int) -> list:
                          reverse=True):
         t = twin.with_(stages=stages)
         if not t.problems() and t.smem_bytes(True) <= SM90_SMEM_OPTIN:
-            return [t]
-    return []
+            return t
+    return None
 
 
 def narrow_candidates(table: dict, n: int, k: int, bucket: int, top: int,

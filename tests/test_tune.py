@@ -787,3 +787,27 @@ def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer(monke
                      "t256_m3_n8_k8_s8_g8_fp32par_sw6_wg_w16_ws"]
     # Where the bucket has no tall slab, the heuristic's configs alone.
     assert not any(c.swap_ab in (6, 12) for c in got(16))
+
+
+def test_slab_twins_of_80_and_112_rows():
+    """``slab_twin`` (NOTES.md entry 106): the 80- and 112-row twins of the 96- and 128-row
+    configs keep tile, depth, reduction, producer and grid cap, with warps of at most 32
+    columns (40 and 56 accumulators of m64n80k16 / m64n112k16 per 64 columns would pass the
+    bound of 128 per thread); a config that is not wgmma, or a swap that is not a wgmma slab,
+    has none."""
+    k = KernelConfig.from_name
+    assert tune.slab_twin(k("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws"), 10).name \
+        == "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws"
+    assert tune.slab_twin(k("t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws_c1"), 14).name \
+        == "t256_m7_n16_k8_s4_g8_fp32_sw14_wg_w32_ws_c1"
+    assert tune.slab_twin(k("t256_m8_n8_k4_s8_g8_fp32par_sw16_wg_w16_ws"), 14).name \
+        == "t256_m7_n8_k4_s8_g8_fp32par_sw14_wg_w16_ws"
+    assert tune.slab_twin(k("t128_m4_n4_k8_s4_g8_fp32par"), 10) is None
+    assert tune.slab_twin(k("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws"), 9) is None
+    for swap in (10, 14):
+        t = tune.slab_twin(k("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"), swap)
+        assert not t.problems() and t.tile_m == 8 * swap and t.warp_cols == 32
+    # The 80- and 112-row wgmma configs are valid only with thread_m_blocks = swap / 2.
+    assert k("t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws").problems() == []
+    assert k("t256_m6_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws").problems()
+    assert k("t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_ws").problems()   # 64-column warps: 224 accumulators
