@@ -792,9 +792,8 @@ def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer(monke
 def test_slab_twins_of_80_and_112_rows():
     """``slab_twin`` (NOTES.md entry 106): the 80- and 112-row twins of the 96- and 128-row
     configs keep tile, depth, reduction, producer and grid cap, with warps of at most 32
-    columns (40 and 56 accumulators of m64n80k16 / m64n112k16 per 64 columns would pass the
-    bound of 128 per thread); a config that is not wgmma, or a swap that is not a wgmma slab,
-    has none."""
+    columns (64-column warps would hold 160 and 224 accumulators per thread, over the bound
+    of 128); a config that is not wgmma, or a swap that is not a wgmma slab, has none."""
     k = KernelConfig.from_name
     assert tune.slab_twin(k("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws"), 10).name \
         == "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws"
