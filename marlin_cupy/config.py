@@ -593,16 +593,18 @@ def tuned_instances() -> dict:
 
 #: M buckets of the tuned tables: a problem uses the entry of the smallest bucket >= M that
 #: the table has. M <= 8 has its own bucket because swap_ab=1 configs serve it alone. M > 64
-#: runs as 64-row slabs, or 96- or 128-row ones with swap_ab=12 or 16: a bucket for M = 65..96
-#: (one 96-row slab: 12-18 % faster than a 128-row one there, NOTES.md entry 104), one for
-#: 97..128 (one 128-row slab or two of 64), one for 129..192, where two 128-row slabs (half of the second
+#: runs as 64-row slabs, or 80-, 96-, 112- or 128-row ones with swap_ab=10, 12, 14 or 16: a
+#: bucket for each of M = 65..80, 81..96, 97..112 and 113..128, one slab of that height or two of
+#: 64 (a 96-row slab was 12-18 % faster than a 128-row one at 65..96, NOTES.md entry 104, and 80
+#: and 112 rows 5-8 % faster again than 96 and 128 at 65..80 and 97..112, entry 106), one for
+#: 129..192, where two 128-row slabs (half of the second
 #: one empty at M = 129) compete with three of 64 (NOTES.md entry 28; both cost the same at
 #: every M of the bucket), then 193..256, 257..512 and one open-ended bucket beyond: on most
 #: layers of nine models' blocks the fastest config at 256 rows (128-wide tiles, capped grids)
 #: and the fastest at 1024 (256-wide tiles) cross between 256 and 768 rows, each 5-30 % slower
 #: than the other on the far side, which one entry for every M above 192 could not serve
 #: (NOTES.md entry 86).
-M_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 512, 1 << 30)
+M_BUCKETS = (8, 16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 512, 1 << 30)
 
 
 def m_bucket(m: int) -> int:
@@ -650,8 +652,12 @@ SM90_HEURISTIC = {
          "t256_m3_n8_k8_s8_g8_fp32par_sw6_wg_w16_ws"),
     64: ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws",
          "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws"),
+    80: ("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws", "t256_m6_n16_k4_s8_g8_fp32par_sw12_wg_w32_ws",
+         "t128_m6_n8_k4_s4_g8_fp32par_sw12_wg_w32_ws_b2"),
     96: ("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws", "t256_m6_n16_k4_s8_g8_fp32par_sw12_wg_w32_ws",
          "t128_m6_n8_k4_s4_g8_fp32par_sw12_wg_w32_ws_b2"),
+    112: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
+          "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
     128: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
           "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
     192: ("t256_m4_n16_k8_s4_g8_fp32_sw8_wg_w32_ws", "t128_m4_n16_k4_s4_g8_fp32par_sw8_wg_ws_b2",

@@ -75,13 +75,15 @@ TUNE_COLUMN_MIN_SHARE = 0.25
 #: From M = 65 on, swap_ab=16 (128-row slabs, m64n128k16) as well: the weights are dequantized
 #: once per 128 rows instead of once per 64-row slab (NOTES.md entry 24).
 #: 48- and 96-row slabs (swap_ab 6 and 12, m64n48k16 and m64n96k16) serve M = 33..48 and
-#: 65..96 with less tensor work than 64 and 128 rows (NOTES.md entry 104).
-TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (6, 8), 64: (8,), 96: (8, 12, 16), 128: (8, 16),
+#: 65..96 with less tensor work than 64 and 128 rows (NOTES.md entry 104), and 80- and 112-row
+#: ones (swap_ab 10 and 14, m64n80k16 and m64n112k16) M = 65..80 and 97..112 (entry 106).
+TUNE_WGMMA_SWAPS = {8: (1,), 16: (2,), 32: (4,), 48: (6, 8), 64: (8,), 80: (8, 10, 16),
+                    96: (8, 12, 16), 112: (8, 14, 16), 128: (8, 16),
                     192: (8, 16), 256: (8, 16), 512: (8, 16),
                     1 << 30: (8, 16)}
 #: The M at which each bucket is measured (the bucket's upper end; 1024 for "more than 512").
-BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 96: 96, 128: 128, 192: 192, 256: 256, 512: 512,
-            1 << 30: 1024}
+BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 80: 80, 96: 96, 112: 112, 128: 128, 192: 192,
+            256: 256, 512: 512, 1 << 30: 1024}
 #: Further M at which a bucket is measured; a config's score there is its times summed over
 #: all of the bucket's M. The M <= 8 bucket serves decode from one row up, and some configs
 #: are 1-1.4 % faster at M = 1 while equal at M = 8 (NOTES.md entry 71), which a run at M = 8
@@ -90,14 +92,15 @@ BUCKET_M = {8: 8, 16: 16, 32: 32, 48: 48, 64: 64, 96: 96, 128: 128, 192: 192, 25
 #: ``_c2``), which at fewer row slabs leave SMs idle (8-11 % slower at 384 rows, 16-26 % at
 #: 640), and the open bucket's lost 8 % at 2048 (NOTES.md entry 86). The buckets 65..128 and
 #: 129..192 were measured at 96 and 160 as well: two winners at 128 rows alone ran 0.5-1.8 %
-#: slower at 96 than the entries they replaced (NOTES.md entry 91). Since entry 104, 65..96
-#: is a bucket of its own (96-row slabs), measured at 80 and 96, and 97..128 at 112 and 128;
-#: the measurements at 96 rows taken for 65..128 before then now score the 65..96 bucket.
-#: (Tables tuned before
+#: slower at 96 than the entries they replaced (NOTES.md entry 91). Entry 104 split 65..96 off
+#: (96-row slabs, measured at 80 and 96; 97..128 at 112 and 128), and entry 107 each of those
+#: in two of 16 rows (80-, 96-, 112- and 128-row slabs): a bucket of 16 rows is one slab of its
+#: height, or two of 64, at every M in it, the same work but for the activations' rows and the
+#: outputs', so each is measured at its upper end alone; the measurements at 80 and 112 rows
+#: taken before then now score the 65..80 and 97..112 buckets. (Tables tuned before
 #: hold fewer M there, their open bucket, then M > 192, measured at 256 rows;
 #: ``select_entries`` scores what was measured.)
-BUCKET_EXTRA_M = {8: (1,), 96: (80,), 128: (112,), 192: (160,), 512: (384,),
-                  1 << 30: (640, 2048)}
+BUCKET_EXTRA_M = {8: (1,), 192: (160,), 512: (384,), 1 << 30: (640, 2048)}
 
 
 def bucket_ms(bucket: int) -> tuple:
@@ -595,17 +598,19 @@ def candidates(m: int, n: int, k: int, group_size: int, smem_limit: int, wgmma: 
     return out
 
 
-#: The tall wgmma slabs a bucket's narrow re-tune adds to its candidates: the 48- and 96-row
-#: twins of the 32/64- and 64/128-row configs measured before those slabs existed.
-TALL_TWIN_OF = {48: (6, (4, 8)), 96: (12, (8, 16))}
+#: The tall wgmma slabs a bucket's narrow re-tune adds to its candidates: the 48-, 80-, 96- and
+#: 112-row twins of the configs of other heights measured before those slabs existed.
+TALL_TWIN_OF = {48: (6, (4, 8)), 80: (10, (8, 12, 16)), 96: (12, (8, 16)),
+                112: (14, (8, 12, 16))}
 SM90_SMEM_OPTIN = 232448   # shared memory a block may opt into on H100 / H200 (227 KiB)
 
 
 def tall_twins(cfg: KernelConfig, bucket: int) -> list:
     """``cfg``'s twin with the bucket's tall wgmma slab (``TALL_TWIN_OF``): the same tile,
     depth, reduction and producer, 8 * swap rows per wgmma, its warps at most 64 columns wide
-    for 48 rows and 32 for 96 (the accumulators), and as many fewer stages as shared memory
-    needs; empty where none is valid or ``cfg`` is not a wgmma config of the right height."""
+    for 48 rows and 32 for 80 to 112 (the accumulators), and as many fewer stages as shared
+    memory needs (``slab_twin``); empty where none is valid or ``cfg`` is not a wgmma config of
+    one of the heights the bucket's twins come from."""
     swap, sources = TALL_TWIN_OF.get(bucket, (None, ()))
     if not cfg.wgmma or cfg.swap_ab not in sources:
         return []
