@@ -637,7 +637,7 @@ def _heuristic_shape(n: int, k: int):
 #: ``tune.heuristic_rule`` finds in the shipped measurements (a test holds the two equal).
 #: M = 33..48 and 65..96 take the 48- and 96-row wgmma slabs (the first config's summed time
 #: over those twelve layers 8.5 % and 14.6 % below the 64- and 128-row one's at M = 48 and 96;
-#: NOTES.md entry 105).
+#: NOTES.md entry 105), 65..80 and 97..112 the 80- and 112-row ones (entry 107).
 #: Written with g8 (group size 128): ``sm90_choice`` puts the problem's group in. Where none
 #: fits, the generic heuristic decides. Every config these lists can produce is compiled by CI
 #: for sm_90 (sm_90a for wgmma) without spills and run by the GPU tests (``SM90_INSTANTIATED``).
@@ -652,12 +652,12 @@ SM90_HEURISTIC = {
          "t256_m3_n8_k8_s8_g8_fp32par_sw6_wg_w16_ws"),
     64: ("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m4_n16_k4_s6_g8_fp32par_sw8_wg_w32_ws",
          "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws"),
-    80: ("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws", "t256_m6_n16_k4_s8_g8_fp32par_sw12_wg_w32_ws",
-         "t128_m6_n8_k4_s4_g8_fp32par_sw12_wg_w32_ws_b2"),
+    80: ("t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws", "t256_m5_n16_k4_s8_g8_fp32par_sw10_wg_w32_ws",
+         "t128_m5_n8_k4_s4_g8_fp32par_sw10_wg_w32_ws_b2"),
     96: ("t256_m6_n16_k8_s4_g8_fp32par_sw12_wg_w32_ws", "t256_m6_n16_k4_s8_g8_fp32par_sw12_wg_w32_ws",
          "t128_m6_n8_k4_s4_g8_fp32par_sw12_wg_w32_ws_b2"),
-    112: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
-          "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
+    112: ("t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_w32_ws", "t256_m7_n16_k4_s8_g8_fp32par_sw14_wg_w32_ws",
+          "t128_m7_n8_k4_s4_g8_fp32par_sw14_wg_w32_ws_b2"),
     128: ("t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws", "t256_m8_n16_k4_s8_g8_fp32par_sw16_wg_ws",
           "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2"),
     192: ("t256_m4_n16_k8_s4_g8_fp32_sw8_wg_w32_ws", "t128_m4_n16_k4_s4_g8_fp32par_sw8_wg_ws_b2",
