@@ -177,6 +177,19 @@ def lookup_in(table: dict, m: int, n: int, k: int, group_size: int):
     return None
 
 
+def entry_map(table: dict) -> dict:
+    """A tuned table's (dict's) entries as ``lookup_in`` takes them: ``{key: config name}``."""
+    return {_key(e["n"], e["k"], e["group_size"], e["m_bucket"]): e["config"]
+            for e in table.get("entries", [])}
+
+
+def served(table: dict, n: int, k: int, bucket: int, group_size: int):
+    """The config that ``table``'s entries serve at ``bucket``'s M (``lookup_in``: the entry of
+    the smallest bucket >= it that the table holds; for a bucket the table predates, a taller
+    bucket's), or None."""
+    return lookup_in(entry_map(table), BUCKET_M[bucket], n, k, group_size)
+
+
 @functools.lru_cache(maxsize=None)
 def _shipped_measurements(device_name: str) -> tuple:
     path = shipped_path(device_name)
@@ -328,8 +341,8 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     measurements and entries; everything else, and ``base``'s other keys, kept. The result
     carries ``new``'s provenance (commit, date, versions) and names the merged pairs, with
     ``base``'s own merge record under ``earlier``. With ``keep_within`` (a fraction) a pair
-    keeps ``base``'s config where ``new`` measured it at most that much slower than its
-    winner; the incumbents are stored with the rule (``base``'s stored ones too, for the pairs
+    keeps the config ``base`` served there (``served``) where ``new`` measured it at most that
+    much slower than its winner; the incumbents are stored with the rule (``base``'s stored ones too, for the pairs
     this merge leaves alone), so that ``--reselect`` applies it again."""
     tuned = {(n, k, b) for (k, n) in shapes for b in buckets}
 
@@ -348,11 +361,20 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     out["measurements"] = [r for r in base["measurements"] if key_m(r) not in tuned] + \
         new["measurements"]
     new_entries = new["entries"]
-    incumbents = [e for e in base["entries"] if key_e(e) in tuned]
+    # The incumbent of a tuned pair is what base served there: its entry of that bucket, or,
+    # for a bucket base predates, of the next taller one it holds (entry 107: the 97..112
+    # bucket's winners were compared with neither, and two ran 3-5 % slower than the 97..128
+    # entry that served those M before).
+    group_size = new_entries[0]["group_size"] if new_entries else None
+    incumbents = {}
+    if group_size is not None:
+        for (n, k, b) in sorted(tuned):
+            cfg = served(base, n, k, b, group_size)
+            if cfg is not None:
+                incumbents[(n, k, b)] = cfg.name
     if keep_within > 0 and new_entries:
-        new_entries = select_entries(new["measurements"], new_entries[0]["group_size"],
-                                     incumbents={key_e(e): e["config"] for e in incumbents},
-                                     keep_within=keep_within)
+        new_entries = select_entries(new["measurements"], group_size,
+                                     incumbents=incumbents, keep_within=keep_within)
     out["entries"] = [e for e in base["entries"] if key_e(e) not in tuned] + new_entries
     out.pop("reselected", None)
     out["merged"] = {"base_git_commit": base.get("git_commit"), "base_date": base.get("date"),
@@ -369,8 +391,8 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
              "keep_within": prev_keep[(n, k, b)]}
             for (n, k, b), name in (prev or {}).items() if (n, k, b) not in tuned]
     if keep_within > 0:
-        kept += [{"n": e["n"], "k": e["k"], "m_bucket": e["m_bucket"], "config": e["config"],
-                  "keep_within": keep_within} for e in incumbents]
+        kept += [{"n": n, "k": k, "m_bucket": b, "config": name, "keep_within": keep_within}
+                 for (n, k, b), name in incumbents.items()]
     if kept:
         out["merged"]["incumbents"] = kept
     if keep_within > 0:
@@ -417,6 +439,67 @@ def stored_incumbents(table: dict):
             key = (e["n"], e["k"], e["m_bucket"])
             inc[key], keep[key] = e["config"], frac
     return (inc, keep) if inc else (None, {})
+
+
+#: A measurement more than this many times the same config's at the same M in the table a
+#: re-tune starts from is a stall of the run, not the config (entry 107: three of 4.6-5.2x,
+#: 65-69 µs against 13-14, in one narrow re-tune of 5503 timings; the others within 0.94-1.2x).
+GLITCH_RATIO = 3.0
+
+
+def suspect_pairs(base: dict, new: dict, shapes, buckets, glitch: float = GLITCH_RATIO) -> dict:
+    """``{(N, K, bucket): why}``: the pairs a re-tune measured (``new``, merged onto ``base`` or
+    not) whose outcome is not to be trusted: the config ``base`` served there (``served``) was
+    not measured at the bucket's M, so the winner never met it; or a config took more than
+    ``glitch`` times its time in ``base`` at the same M (a stall during the run)."""
+    old = {(r["n"], r["k"], r["m"], r["config"]): r["median_us"] for r in base["measurements"]}
+    times = {}
+    for r in new["measurements"]:
+        times.setdefault((r["n"], r["k"], m_bucket(r["m"])), []).append(r)
+    group_size = new["entries"][0]["group_size"] if new.get("entries") else None
+    out = {}
+    for (k, n) in shapes:
+        for b in buckets:
+            rows = times.get((n, k, b), [])
+            if not rows:
+                continue
+            now = served(base, n, k, b, group_size) if group_size else None
+            at_m = {r["config"] for r in rows if r["m"] == BUCKET_M[b]}
+            slow = [r for r in rows if (r["n"], r["k"], r["m"], r["config"]) in old
+                    and r["median_us"] > glitch * old[(r["n"], r["k"], r["m"], r["config"])]]
+            if now is not None and now.name not in at_m:
+                out[(n, k, b)] = f"the config served before, {now.name}, was not measured"
+            elif slow:
+                r = slow[0]
+                was = old[(r["n"], r["k"], r["m"], r["config"])]
+                out[(n, k, b)] = (f"{r['config']} took {r['median_us']:.1f} us at M = {r['m']} "
+                                  f"against {was:.1f} before (a stall)")
+    return out
+
+
+def withdraw_pairs(table: dict, base: dict, pairs: dict) -> dict:
+    """``table`` (a merge onto ``base``) with ``pairs`` ({(N, K, bucket): why}, ``suspect_pairs``)
+    as ``base`` held them: its measurements, entry and stored incumbent there (none where base
+    predates the bucket: the dispatch then serves those M from the next bucket, as before), the
+    pairs listed with their reasons under ``merged.withdrawn``, so that a later re-tune takes
+    them up again."""
+    def key(r):
+        return (r["n"], r["k"], r["m_bucket"] if "m_bucket" in r else m_bucket(r["m"]))
+
+    out = dict(table)
+    out["measurements"] = [r for r in table["measurements"] if key(r) not in pairs] + \
+        [r for r in base["measurements"] if key(r) in pairs]
+    out["entries"] = [e for e in table["entries"] if key(e) not in pairs] + \
+        [e for e in base["entries"] if key(e) in pairs]
+    merged = dict(out.get("merged") or {})
+    base_inc, base_keep = stored_incumbents(base)
+    merged["incumbents"] = [e for e in merged.get("incumbents", []) if key(e) not in pairs] + \
+        [{"n": n, "k": k, "m_bucket": b, "config": name, "keep_within": base_keep[(n, k, b)]}
+         for (n, k, b), name in (base_inc or {}).items() if (n, k, b) in pairs]
+    merged["withdrawn"] = merged.get("withdrawn", []) + \
+        [{"n": n, "k": k, "m_bucket": b, "why": why} for (n, k, b), why in sorted(pairs.items())]
+    out["merged"] = merged
+    return out
 
 
 def select_entries(measurements, group_size: int, allowed=lambda cfg: True,
@@ -753,13 +836,19 @@ def narrow_job_candidates(table: dict, n: int, k: int, bucket: int, top: int, gr
                           early_bottom: bool = False, top_sum: bool = False,
                           wide: bool = False) -> list:
     """What a narrow re-tune measures for one (layer, bucket): ``narrow_candidates``, then
-    ``heuristic_candidates`` and their tall twins (``tall_twins``). The twins of the
+    ``heuristic_candidates`` and their tall twins (``tall_twins``), and the config ``table``
+    serves there now (``served``, the incumbent ``merge_tables`` keeps within
+    ``--keep-within``) with its tall twin. The twins of the
     heuristic's configs are measured on every layer, so that ``heuristic_rule`` can choose a
     tall slab for the bucket (it ranks the configs measured on the most layers; the top few's
-    twins differ from layer to layer)."""
+    twins differ from layer to layer). The served config is measured even where the table's
+    stored measurements of the bucket hold none (a bucket split off a taller one: entry 107)."""
     picked = narrow_candidates(table, n, k, bucket, top, early_bottom, top_sum, wide)
     heur = heuristic_candidates(BUCKET_M[bucket], n, k, group_size, smem_limit, sms, cc)
     picked += heur + [t for c in heur for t in tall_twins(c, bucket)]
+    now = served(table, n, k, bucket, group_size)
+    if now is not None:
+        picked += [now] + tall_twins(now, bucket)
     return list(dict.fromkeys(picked))
 
 
@@ -1039,6 +1128,13 @@ def main(argv=None) -> int:
                  prior=(prior_table, a.prior, a.prior_top) if a.prior else None)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
+        suspect = suspect_pairs(base, table, shapes, buckets)
+        if suspect:
+            table = withdraw_pairs(table, base, suspect)
+            print(f"withdrew {len(suspect)} (N, K, bucket) pair(s), kept as {a.merge} held "
+                  f"them (re-tune them):")
+            for (n, k, b), why in sorted(suspect.items()):
+                print(f"  {k}x{n} bucket {b}: {why}")
     if tested_table is not None and not restricted(table):
         return 1
     out = Path(a.out) if a.out else cache_path(table["device_name"])

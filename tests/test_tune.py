@@ -393,6 +393,75 @@ class TestPartialRetune:
                  for e in json.loads(path.read_text())["entries"]}
         assert again == by
 
+    def test_a_split_buckets_incumbent_is_what_served_its_rows(self, tmp_path):
+        """A bucket the base table predates (97..112, split off 97..128: NOTES.md entry 107)
+        has as incumbent the entry that served its rows, the taller bucket's: kept within the
+        margin (the new bucket's entry then names it), replaced beyond it; stored, so that
+        --reselect gives the entries back."""
+        tall = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"
+        twin = "t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_w32_ws"
+        base = self._table("old", [
+            {"n": n, "k": 4096, "m": 128, "config": tall, "median_us": us}
+            for n, us in ((22016, 41.0), (12288, 30.0))])
+        new = self._table("new", [
+            {"n": 22016, "k": 4096, "m": 112, "config": tall, "median_us": 40.7},
+            {"n": 22016, "k": 4096, "m": 112, "config": twin, "median_us": 40.5},   # 0.5 %
+            {"n": 12288, "k": 4096, "m": 112, "config": tall, "median_us": 30.0},
+            {"n": 12288, "k": 4096, "m": 112, "config": twin, "median_us": 28.4}])  # 5.6 %
+        shapes = [(4096, 22016), (4096, 12288)]
+        assert tune.served(base, 22016, 4096, 112, 128).name == tall
+        out = tune.merge_tables(base, new, shapes, (112,), keep_within=0.01)
+        by = {(e["n"], e["m_bucket"]): e["config"] for e in out["entries"]}
+        assert by == {(22016, 112): tall, (12288, 112): twin, (22016, 128): tall,
+                      (12288, 128): tall}
+        inc, _ = tune.stored_incumbents(out)
+        assert inc == {(22016, 4096, 112): tall, (12288, 4096, 112): tall}
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(out))
+        assert tune.main(["--reselect", str(path), "--arch", "sm_90"]) == 0
+        assert {(e["n"], e["m_bucket"]): e["config"]
+                for e in json.loads(path.read_text())["entries"]} == by
+
+    def test_suspect_pairs_are_withdrawn_to_the_base_state(self):
+        """A pair whose served config went unmeasured, or where a config took more than
+        GLITCH_RATIO times its base time at the same M (a stall of the run), is suspect;
+        withdrawn, it is as the base table held it (measurements, entry, incumbent; nothing
+        where the base predates the bucket) and listed with its reason; other pairs keep the
+        re-tune's outcome."""
+        a = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"
+        b = "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"
+        t = "t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_w32_ws"
+        base = self._table("old", [
+            {"n": 4096, "k": 4096, "m": 128, "config": a, "median_us": 17.0},
+            {"n": 4096, "k": 4096, "m": 128, "config": b, "median_us": 18.0},
+            {"n": 8192, "k": 8192, "m": 128, "config": a, "median_us": 34.0},
+            {"n": 8192, "k": 8192, "m": 128, "config": b, "median_us": 35.0}])
+        new = self._table("new", [
+            {"n": 4096, "k": 4096, "m": 112, "config": t, "median_us": 17.4},   # a unmeasured
+            {"n": 4096, "k": 4096, "m": 128, "config": a, "median_us": 17.1},
+            {"n": 4096, "k": 4096, "m": 128, "config": b, "median_us": 16.9},
+            {"n": 8192, "k": 8192, "m": 112, "config": a, "median_us": 34.0},
+            {"n": 8192, "k": 8192, "m": 112, "config": t, "median_us": 31.9},
+            {"n": 8192, "k": 8192, "m": 128, "config": a, "median_us": 34.1},
+            {"n": 8192, "k": 8192, "m": 128, "config": b, "median_us": 70.2}])  # 2.0x: no stall
+        shapes, buckets = [(4096, 4096), (8192, 8192)], (112, 128)
+        merged = tune.merge_tables(base, new, shapes, buckets, keep_within=0.01)
+        assert tune.suspect_pairs(base, merged, shapes, buckets) == {
+            (4096, 4096, 112): f"the config served before, {a}, was not measured"}
+        stalled = [dict(r, median_us=110.0) if r["config"] == b and r["n"] == 8192 else r
+                   for r in merged["measurements"]]
+        why = tune.suspect_pairs(base, dict(merged, measurements=stalled), shapes, buckets)
+        assert why[(8192, 8192, 128)].startswith(f"{b} took 110.0 us at M = 128 against 35.0")
+        out = tune.withdraw_pairs(merged, base, tune.suspect_pairs(base, merged, shapes, buckets))
+        by = {(e["n"], e["m_bucket"]): e["config"] for e in out["entries"]}
+        assert by == {(4096, 128): b, (8192, 112): t, (8192, 128): a}   # no 4096 x 112 entry
+        assert not [r for r in out["measurements"] if (r["n"], r["m"]) == (4096, 112)]
+        assert out["merged"]["withdrawn"] == [{"n": 4096, "k": 4096, "m_bucket": 112,
+                                               "why": f"the config served before, {a}, was not measured"}]
+        inc, _ = tune.stored_incumbents(out)
+        assert (4096, 4096, 112) not in inc and inc[(8192, 8192, 112)] == a
+        assert tune.lookup_in(tune.entry_map(out), 100, 4096, 4096, 128).name == b
+
     def test_restrict_to_tested_chooses_among_tested_kernels(self, tmp_path):
         """--tested TABLE: every entry is chosen among the kernels the GPU tests ran with TABLE
         shipped (its entries, the instantiated table, the sm_90 heuristic's); a grid cap is the
@@ -788,6 +857,24 @@ def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer(monke
                      "t256_m3_n8_k8_s8_g8_fp32par_sw6_wg_w16_ws"]
     # Where the bucket has no tall slab, the heuristic's configs alone.
     assert not any(c.swap_ab in (6, 12) for c in got(16))
+
+
+def test_a_narrow_retune_measures_the_served_config_and_its_twin():
+    """The config the table serves at a bucket's M is a narrow re-tune's candidate, with its
+    tall twin, also where the bucket's stored measurements hold nothing (a bucket split off a
+    taller one: NOTES.md entry 107, where 26 of 35 pairs of 97..112 never measured it)."""
+    served = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws_c1"
+    table = {"entries": [{"n": 22016, "k": 4096, "group_size": 128, "m_bucket": 128,
+                          "config": served}],
+             "measurements": [{"n": 22016, "k": 4096, "m": 128, "config": served,
+                               "median_us": 41.0}]}
+    names = [c.name for c in tune.narrow_job_candidates(table, 22016, 4096, 112, 3, 128,
+                                                        tune.SM90_SMEM_OPTIN, 132)]
+    assert served in names and "t256_m7_n16_k8_s4_g8_fp32_sw14_wg_w32_ws_c1" in names
+    assert len(set(names)) == len(names)
+    # another group size: nothing served from the table
+    assert served not in [c.name for c in tune.narrow_job_candidates(
+        table, 22016, 4096, 112, 3, 64, tune.SM90_SMEM_OPTIN, 132)]
 
 
 def test_slab_twins_of_80_and_112_rows():
