@@ -855,7 +855,8 @@ def narrow_job_candidates(table: dict, n: int, k: int, bucket: int, top: int, gr
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
          wgmma: bool = True, parallel_reduce: bool = True, early_bottom: bool = False,
          top_sum: bool = False, narrow: tuple | None = None, wide: bool = False,
-         column_ctas: bool = True, prior: tuple | None = None) -> dict:
+         column_ctas: bool = True, prior: tuple | None = None,
+         served_from: dict | None = None) -> dict:
     """Measure every candidate for every (shape, bucket); returns the table as a dict.
     ``wgmma`` adds the sm_90a wgmma candidates (compute capability 9.0 only; on the H200 they
     win on most layers from M = 32 or 48 on: NOTES.md entries 10 and 11). ``parallel_reduce``
@@ -870,7 +871,9 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     measures each candidate on the grid caps of ``column_variants`` (NOTES.md entry 84).
     ``prior`` = (TABLE, PER_CLASS, TOP): on layers TABLE never measured, only
     ``prior_candidates`` ranked by TABLE's measurements (a new model's layers in a fraction
-    of a full run's time; NOTES.md entry 85)."""
+    of a full run's time; NOTES.md entry 85). ``served_from`` (the table a ``--merge`` starts
+    from) adds to every pair's candidates the config that table serves there (``served``,
+    ``merge_tables``' incumbent), so that a winner is always measured against it (entry 107)."""
     import cupy as cp
     import numpy as np
 
@@ -886,6 +889,12 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     scores = {b: prior_scores(prior[0]["measurements"], b) for b in buckets} if prior else {}
 
     def cands(k, n, b):
+        now = served(served_from, n, k, b, group_size) if served_from else None
+        extra = [now] if now is not None and _fits(now, n, k, facts["smem_optin"]) \
+            and (wg or not now.wgmma) else []
+        return list(dict.fromkeys(_cands(k, n, b) + extra))
+
+    def _cands(k, n, b):
         if prior is not None:
             return [c for c in prior_candidates(scores[b], BUCKET_M[b], n, k, group_size,
                                                 facts["smem_optin"], prior[1], prior[2],
@@ -1125,7 +1134,8 @@ def main(argv=None) -> int:
                  early_bottom=a.early_bottom, top_sum=a.top_sum,
                  narrow=(base, a.narrow) if a.narrow else None, wide=a.wide,
                  column_ctas=a.column_ctas,
-                 prior=(prior_table, a.prior, a.prior_top) if a.prior else None)
+                 prior=(prior_table, a.prior, a.prior_top) if a.prior else None,
+                 served_from=base)
     if base is not None:
         table = merge_tables(base, table, shapes, buckets, a.keep_within / 100)
         suspect = suspect_pairs(base, table, shapes, buckets)

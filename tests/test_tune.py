@@ -561,6 +561,42 @@ class TestPartialRetune:
             tune.main(["--shapes", "1024,2048", "--prior", "2", "--group-size", "64"])
         assert "no tuned table for 'NVIDIA H200' at group size 64" in capsys.readouterr().err
 
+    def test_a_merge_measures_the_served_config_and_withdraws_what_it_could_not(
+            self, monkeypatch, tmp_path, capsys):
+        """``--merge``: the tuner is handed the base table (``served_from``) so that every
+        pair's served config is a candidate; a pair where it still went unmeasured is
+        withdrawn to the base's state, and the run says so. (The tuning itself is faked.)"""
+        from marlin_cupy import ops, records
+        monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
+        monkeypatch.setattr(ops, "device_facts", lambda: {"name": "NVIDIA H200"})
+        tall = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"
+        twin = "t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_w32_ws"
+        base = dict(self._table("old", [{"n": n, "k": 4096, "m": 128, "config": tall,
+                                         "median_us": 30.0} for n in (12288, 22016)]),
+                    device_name="NVIDIA H200")
+        base_path = tmp_path / "base.json"
+        base_path.write_text(json.dumps(base))
+        seen = {}
+
+        def fake_tune(shapes, group_size, **kw):
+            seen.update(kw)
+            rows = [{"n": 12288, "k": 4096, "m": 112, "config": c, "median_us": us}
+                    for c, us in ((tall, 30.0), (twin, 28.0))]
+            rows.append({"n": 22016, "k": 4096, "m": 112, "config": twin, "median_us": 40.0})
+            return dict(self._table("new", rows), device_name="NVIDIA H200")
+        monkeypatch.setattr(tune, "tune", fake_tune)
+        out = tmp_path / "out.json"
+        assert tune.main(["--sets", "", "--shapes", "4096,12288;4096,22016", "--buckets", "112",
+                          "--merge", str(base_path), "--keep-within", "1", "--out", str(out),
+                          "--no-progress"]) == 0
+        assert seen["served_from"]["entries"] == base["entries"]
+        got = json.loads(out.read_text())
+        assert {(e["n"], e["m_bucket"]): e["config"] for e in got["entries"]} == {
+            (12288, 112): twin, (12288, 128): tall, (22016, 128): tall}
+        assert [(w["n"], w["m_bucket"]) for w in got["merged"]["withdrawn"]] == [(22016, 112)]
+        said = capsys.readouterr().out
+        assert "withdrew 1 (N, K, bucket) pair(s)" in said and "4096x22016 bucket 112" in said
+
     def test_merge_needs_buckets(self, capsys):
         with pytest.raises(SystemExit):
             tune.main(["--merge", "x.json"])
