@@ -353,7 +353,8 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
         return (e["n"], e["k"], e["m_bucket"])
 
     out = dict(base)
-    for field in ("date", "git_commit", "git_dirty", "versions", "kernel_defines", "method"):
+    for field in ("date", "git_commit", "git_dirty", "versions", "kernel_defines", "method",
+                  "served_unmeasurable"):
         if field in new:
             out[field] = new[field]
         else:
@@ -450,13 +451,17 @@ GLITCH_RATIO = 3.0
 def suspect_pairs(base: dict, new: dict, shapes, buckets, glitch: float = GLITCH_RATIO) -> dict:
     """``{(N, K, bucket): why}``: the pairs a re-tune measured (``new``, merged onto ``base`` or
     not) whose outcome is not to be trusted: the config ``base`` served there (``served``) was
-    not measured at the bucket's M, so the winner never met it; or a config took more than
+    not measured at the bucket's M, so the winner never met it (unless the run found it
+    unmeasurable: ``served_unmeasurable``, a spill or CTAs that do not fit); or a config took more than
     ``glitch`` times its time in ``base`` at the same M (a stall during the run)."""
     old = {(r["n"], r["k"], r["m"], r["config"]): r["median_us"] for r in base["measurements"]}
     times = {}
     for r in new["measurements"]:
         times.setdefault((r["n"], r["k"], m_bucket(r["m"])), []).append(r)
     group_size = new["entries"][0]["group_size"] if new.get("entries") else None
+    # served configs the run could not measure (they spill with this toolchain, or their CTAs
+    # do not fit the SM: ``tune``), whose pairs may take the winner
+    unmeasurable = {(e["n"], e["k"], e["m_bucket"]) for e in new.get("served_unmeasurable", [])}
     out = {}
     for (k, n) in shapes:
         for b in buckets:
@@ -467,7 +472,7 @@ def suspect_pairs(base: dict, new: dict, shapes, buckets, glitch: float = GLITCH
             at_m = {r["config"] for r in rows if r["m"] == BUCKET_M[b]}
             slow = [r for r in rows if (r["n"], r["k"], r["m"], r["config"]) in old
                     and r["median_us"] > glitch * old[(r["n"], r["k"], r["m"], r["config"])]]
-            if now is not None and now.name not in at_m:
+            if now is not None and now.name not in at_m and (n, k, b) not in unmeasurable:
                 out[(n, k, b)] = f"the config served before, {now.name}, was not measured"
             elif slow:
                 r = slow[0]
@@ -911,7 +916,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
 
     all_cfgs = {c for (k, n, b) in jobs for c in cands(k, n, b)}
     kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
-    entries, rows = [], []
+    entries, rows, unmeasurable = [], [], []
     try:
         from tqdm import tqdm
         bar = tqdm(total=len(jobs), disable=not progress, desc="tuning")
@@ -926,8 +931,12 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
                 measured = []
+                now = served(served_from, n, k, b, group_size) if served_from else None
                 for cfg in cands(k, n, b):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
+                        if cfg == now:      # suspect_pairs does not wait for it
+                            unmeasurable.append({"n": n, "k": k, "m_bucket": b,
+                                                 "config": cfg.name})
                         continue
                     measured.append(cfg)
                     if column_ctas:     # the bucket's upper M has the most row slabs
@@ -954,6 +963,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
             "method": "CUDA-event median, host ahead via spin kernel, weights rotated past 2x L2",
             **({"narrow": narrow[1]} if narrow is not None else {}),
             **({"prior": {"per_class": prior[1], "top": prior[2]}} if prior is not None else {}),
+            **({"served_unmeasurable": unmeasurable} if unmeasurable else {}),
             "entries": entries, "measurements": rows}
 
 

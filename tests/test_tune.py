@@ -461,6 +461,11 @@ class TestPartialRetune:
         inc, _ = tune.stored_incumbents(out)
         assert (4096, 4096, 112) not in inc and inc[(8192, 8192, 112)] == a
         assert tune.lookup_in(tune.entry_map(out), 100, 4096, 4096, 128).name == b
+        # a served config the run found unmeasurable (it spills there) does not hold the pair
+        spilled = dict(new, served_unmeasurable=[{"n": 4096, "k": 4096, "m_bucket": 112,
+                                                  "config": a}])
+        again = tune.merge_tables(base, spilled, shapes, buckets, keep_within=0.01)
+        assert tune.suspect_pairs(base, again, shapes, buckets) == {}
 
     def test_restrict_to_tested_chooses_among_tested_kernels(self, tmp_path):
         """--tested TABLE: every entry is chosen among the kernels the GPU tests ran with TABLE
