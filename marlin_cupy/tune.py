@@ -1005,7 +1005,9 @@ def main(argv=None) -> int:
                         f"{M_BUCKETS[-2]}); default: all")
     p.add_argument("--merge", metavar="TABLE",
                    help="with --buckets: start from TABLE and replace only the tuned buckets' "
-                        "measurements and entries of the tuned layers (same device and group size)")
+                        "measurements and entries of the tuned layers (same device and group "
+                        "size); a pair where the config TABLE served went unmeasured, or a "
+                        "timing stalled, is kept as TABLE held it, and named")
     p.add_argument("--narrow", type=int, default=0, metavar="N",
                    help="with --merge: measure only the N configs that TABLE's stored "
                         "measurements score fastest per tuned pair, with their variants "
@@ -1030,7 +1032,8 @@ def main(argv=None) -> int:
                         "heuristic's (a re-tune that needs no new GPU test run; with --reselect "
                         "too; NOTES.md entry 91)")
     p.add_argument("--keep-within", type=float, default=0.0, metavar="PCT",
-                   help="with --merge: keep TABLE's config for a tuned pair where this run "
+                   help="with --merge: keep the config TABLE served for a tuned pair (its "
+                        "entry there, or a taller bucket's; always measured) where this run "
                         "measured it at most PCT percent slower than the winner (default 0: "
                         "the fastest wins)")
     a = p.parse_args(argv)
