@@ -139,9 +139,7 @@ def _key(n: int, k: int, group_size: int, bucket: int) -> str:
 def table_entries(path: Path) -> dict:
     """The entries of one tuned table file: ``{key: config name}``."""
     try:
-        data = json.loads(Path(path).read_text())
-        return {_key(e["n"], e["k"], e["group_size"], e["m_bucket"]): e["config"]
-                for e in data.get("entries", [])}
+        return entry_map(json.loads(Path(path).read_text()))
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"tuned table {path} is not valid ({err}); delete it or re-run "
                          f"python -m marlin_cupy.tune.") from None
@@ -841,20 +839,27 @@ def narrow_job_candidates(table: dict, n: int, k: int, bucket: int, top: int, gr
                           early_bottom: bool = False, top_sum: bool = False,
                           wide: bool = False) -> list:
     """What a narrow re-tune measures for one (layer, bucket): ``narrow_candidates``, then
-    ``heuristic_candidates`` and their tall twins (``tall_twins``), and the config ``table``
-    serves there now (``served``, the incumbent ``merge_tables`` keeps within
-    ``--keep-within``) with its tall twin. The twins of the
+    ``heuristic_candidates`` and their tall twins (``tall_twins``); ``tune`` adds
+    ``served_candidates``. The twins of the
     heuristic's configs are measured on every layer, so that ``heuristic_rule`` can choose a
     tall slab for the bucket (it ranks the configs measured on the most layers; the top few's
-    twins differ from layer to layer). The served config is measured even where the table's
-    stored measurements of the bucket hold none (a bucket split off a taller one: entry 107)."""
+    twins differ from layer to layer)."""
     picked = narrow_candidates(table, n, k, bucket, top, early_bottom, top_sum, wide)
     heur = heuristic_candidates(BUCKET_M[bucket], n, k, group_size, smem_limit, sms, cc)
     picked += heur + [t for c in heur for t in tall_twins(c, bucket)]
-    now = served(table, n, k, bucket, group_size)
-    if now is not None:
-        picked += [now] + tall_twins(now, bucket)
     return list(dict.fromkeys(picked))
+
+
+def served_candidates(table: dict, n: int, k: int, bucket: int, group_size: int,
+                      smem_limit: int) -> list:
+    """What every ``--merge`` run measures on a pair besides its own candidates: the config
+    ``table`` serves there (``served``, the incumbent ``merge_tables`` keeps within
+    ``--keep-within``) and its tall twin, those that fit. The served config is measured even
+    where the table's stored measurements of the bucket hold none (a bucket split off a taller
+    one: entry 107, where 26 of 35 pairs of 97..112 never measured it)."""
+    now = served(table, n, k, bucket, group_size)
+    return [] if now is None else [c for c in [now] + tall_twins(now, bucket)
+                                   if _fits(c, n, k, smem_limit)]
 
 
 def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True,
@@ -877,8 +882,9 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     ``prior`` = (TABLE, PER_CLASS, TOP): on layers TABLE never measured, only
     ``prior_candidates`` ranked by TABLE's measurements (a new model's layers in a fraction
     of a full run's time; NOTES.md entry 85). ``served_from`` (the table a ``--merge`` starts
-    from) adds to every pair's candidates the config that table serves there (``served``,
-    ``merge_tables``' incumbent), so that a winner is always measured against it (entry 107)."""
+    from) adds ``served_candidates`` to every pair's, so that a winner is always measured
+    against what that table served (entry 107); a served config the run cannot measure is
+    named under ``served_unmeasurable``."""
     import cupy as cp
     import numpy as np
 
@@ -893,11 +899,13 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
     jobs = [(k, n, b) for (k, n) in shapes for b in buckets]
     scores = {b: prior_scores(prior[0]["measurements"], b) for b in buckets} if prior else {}
 
+    now = {(k, n, b): served(served_from, n, k, b, group_size) if served_from else None
+           for (k, n, b) in jobs}
+
     def cands(k, n, b):
-        now = served(served_from, n, k, b, group_size) if served_from else None
-        extra = [now] if now is not None and _fits(now, n, k, facts["smem_optin"]) \
-            and (wg or not now.wgmma) else []
-        return list(dict.fromkeys(_cands(k, n, b) + extra))
+        extra = served_candidates(served_from, n, k, b, group_size, facts["smem_optin"]) \
+            if served_from else []
+        return list(dict.fromkeys(_cands(k, n, b) + [c for c in extra if wg or not c.wgmma]))
 
     def _cands(k, n, b):
         if prior is not None:
@@ -931,10 +939,9 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
                 measured = []
-                now = served(served_from, n, k, b, group_size) if served_from else None
                 for cfg in cands(k, n, b):
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
-                        if cfg == now:      # suspect_pairs does not wait for it
+                        if cfg == now[(k, n, b)]:    # suspect_pairs does not wait for it
                             unmeasurable.append({"n": n, "k": k, "m_bucket": b,
                                                  "config": cfg.name})
                         continue

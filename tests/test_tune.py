@@ -900,22 +900,24 @@ def test_a_narrow_retune_measures_the_heuristics_tall_twins_on_every_layer(monke
     assert not any(c.swap_ab in (6, 12) for c in got(16))
 
 
-def test_a_narrow_retune_measures_the_served_config_and_its_twin():
-    """The config the table serves at a bucket's M is a narrow re-tune's candidate, with its
-    tall twin, also where the bucket's stored measurements hold nothing (a bucket split off a
-    taller one: NOTES.md entry 107, where 26 of 35 pairs of 97..112 never measured it)."""
+def test_a_merge_run_measures_the_served_config_and_its_twin():
+    """The config the table serves at a bucket's M is a candidate of every --merge run
+    (``served_candidates``), with its tall twin, also where the bucket's stored measurements
+    hold nothing (a bucket split off a taller one: NOTES.md entry 107, where 26 of 35 pairs of
+    97..112 never measured it)."""
     served = "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws_c1"
     table = {"entries": [{"n": 22016, "k": 4096, "group_size": 128, "m_bucket": 128,
                           "config": served}],
              "measurements": [{"n": 22016, "k": 4096, "m": 128, "config": served,
                                "median_us": 41.0}]}
-    names = [c.name for c in tune.narrow_job_candidates(table, 22016, 4096, 112, 3, 128,
-                                                        tune.SM90_SMEM_OPTIN, 132)]
-    assert served in names and "t256_m7_n16_k8_s4_g8_fp32_sw14_wg_w32_ws_c1" in names
-    assert len(set(names)) == len(names)
-    # another group size: nothing served from the table
-    assert served not in [c.name for c in tune.narrow_job_candidates(
-        table, 22016, 4096, 112, 3, 64, tune.SM90_SMEM_OPTIN, 132)]
+    names = [c.name for c in tune.served_candidates(table, 22016, 4096, 112, 128,
+                                                    tune.SM90_SMEM_OPTIN)]
+    assert names == [served, "t256_m7_n16_k8_s4_g8_fp32_sw14_wg_w32_ws_c1"]
+    assert [c.name for c in tune.served_candidates(table, 22016, 4096, 128, 128,
+                                                    tune.SM90_SMEM_OPTIN)] == [served]
+    # another group size, or a layer the table lacks: nothing served from the table
+    assert tune.served_candidates(table, 22016, 4096, 112, 64, tune.SM90_SMEM_OPTIN) == []
+    assert tune.served_candidates(table, 4096, 4096, 112, 128, tune.SM90_SMEM_OPTIN) == []
 
 
 def test_slab_twins_of_80_and_112_rows():
