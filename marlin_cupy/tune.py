@@ -922,8 +922,8 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
         return candidates(BUCKET_M[b], n, k, group_size, facts["smem_optin"], wg,
                           parallel_reduce, early_bottom, top_sum)
 
-    all_cfgs = {c for (k, n, b) in jobs for c in cands(k, n, b)}
-    kernels.warm_instantiated(os.cpu_count() or 4, all_cfgs)
+    job_cands = {(k, n, b): cands(k, n, b) for (k, n, b) in jobs}
+    kernels.warm_instantiated(os.cpu_count() or 4, {c for cs in job_cands.values() for c in cs})
     entries, rows, unmeasurable = [], [], []
     try:
         from tqdm import tqdm
@@ -939,7 +939,7 @@ def tune(shapes, group_size: int = 128, buckets=M_BUCKETS, progress: bool = True
                 xs = {m: cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
                       for m in bucket_ms(b)}
                 measured = []
-                for cfg in cands(k, n, b):
+                for cfg in job_cands[(k, n, b)]:
                     if spills(cfg) or ops.resident_ctas(cfg) < cfg.blocks_per_sm:
                         if cfg == now[(k, n, b)]:    # suspect_pairs does not wait for it
                             unmeasurable.append({"n": n, "k": k, "m_bucket": b,
