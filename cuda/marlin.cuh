@@ -246,22 +246,6 @@ __device__ __align__(128) unsigned char marlin_tmap_a[128];   // a CUtensorMap, 
 #define MARLIN_WG_DEFER 1
 #endif
 
-// The offset left in the weights of WG_DEFER's fold (benchmarks/NOTES.md entry 109; a switch
-// for A/B, 0 the default). The unpacking's LOP3 already gives 1024 + x (nibbles in bits 0-3
-// of a half) and, with the exponent of 64 instead of 1024's, 64 + x for those in bits 4-7, the
-// rows k 0-7 and 8-15 of each k16 block (split_nibbles' order). 1: those go to wgmma as they
-// are, without the HSUB2 and HFMA2 that take the offset off (4 of the unpacking's 9
-// instructions per word), and each step issues one more wgmma, of the constant A fragment
-// -1032 on rows 0-7 and -72 on rows 8-15 with the same activations, into a third accumulator
-// set of one fragment per batch block (`corr`: the group's -(1024 + 8) sum(A) on those rows,
-// the same for every weight column). The fold then adds it: acc += s (part + corr). Symmetric
-// weights only (a zero point would make the constant a column's own). The sums are those of
-// the exact products, but `part` carries about 1024 times the sums of A before corr takes it
-// off: a precision check first (entry 109).
-#ifndef MARLIN_WG_OFFSET
-#define MARLIN_WG_OFFSET 0
-#endif
-
 // Where the wgmma loop issues the ring's refill in a unit's last step (benchmarks/NOTES.md
 // entry 40's profiles: the instructions right after the refill's cp.async wait on the copies'
 // address registers, about 4.5 % of the stall samples). 0 (the default): right after the
@@ -840,48 +824,6 @@ __device__ __forceinline__ void wgmma_m64k16(FragC* d, const FragA& a, unsigned 
 #undef MC_OUT
 #undef MC_WGMMA_IN
 
-// MARLIN_WG_OFFSET 1 and 2: D[64 x N] += A[64 x 16] * B[16 x N] with both operands in shared
-// memory (A through adesc: no swizzle, K-major core matrices of 8 rows x 16 bytes). N = 16, 32
-// or 64 (the WG_DEFER instances'); ACC = false starts anew (scale-d false; D stays an input
-// operand here, which costs only corr's few registers).
-template <int N, bool ACC = true>
-__device__ __forceinline__ void wgmma_ss_m64k16(FragC* d, unsigned long long adesc,
-                                                unsigned long long bdesc) {
-  static_assert(N == 16 || N == 32 || N == 64, "wgmma_ss_m64k16: N must be 16, 32 or 64");
-  if constexpr (N == 16)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-                 : "l"(adesc), "l"(bdesc), "r"(ACC ? 1 : 0));
-  if constexpr (N == 32)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                 "%16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-                 : "l"(adesc), "l"(bdesc), "r"(ACC ? 1 : 0));
-  if constexpr (N == 64)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "l"(adesc), "l"(bdesc), "r"(ACC ? 1 : 0));
-}
-
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -1076,20 +1018,6 @@ __device__ __forceinline__ void dequant_sym(uint32_t q, FragB& f0, FragB& f1) {
   f0[1] = __hfma2(as_half2(n.hi0), mul, add);
   f1[0] = __hsub2(as_half2(n.lo1), sub);
   f1[1] = __hfma2(as_half2(n.hi1), mul, add);
-}
-
-// MARLIN_WG_OFFSET: symmetric uint4b8 with the offset left in: 1024 + x on the pairs of bits
-// 0-3 (k rows 0-7 of the A fragment) and 64 + x on those of bits 4-7 (rows 8-15), whose
-// exponent is 64's, so that bits 4-7 of the mantissa weigh 1 each. Exact; the wgmma loop takes
-// the offsets off its sums (run_wgmma's corr): 1 SHF and 4 LOP3 per word, no half ops.
-__device__ __forceinline__ void dequant_sym_biased(uint32_t q, FragB& f0, FragB& f1) {
-  constexpr uint32_t LO = 0x000f000f, HI = 0x00f000f0;
-  constexpr uint32_t EX_LO = 0x64006400, EX_HI = 0x54005400;   // 1024, 64
-  f0[0] = as_half2(lop3_and_or(q, LO, EX_LO));
-  f0[1] = as_half2(lop3_and_or(q, HI, EX_HI));
-  q >>= 8;
-  f1[0] = as_half2(lop3_and_or(q, LO, EX_LO));
-  f1[1] = as_half2(lop3_and_or(q, HI, EX_HI));
 }
 
 // The group scale inside the unpacking (template parameter FMA; benchmarks/NOTES.md entry 87):
@@ -1334,18 +1262,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
           : (REG_POOL * (THREADS + COPY_T) - MARLIN_WS_PRODUCER_REGS * COPY_T) / THREADS / 8 * 8;
   // With FMA the group scale is inside the unpacking at no cost of its own, so there is no
   // fold to make: the fused build of a WG_DEFER instance scales the weights (NOTES.md entry 88).
-  // (DEFER_SHAPE: the shapes that MARLIN_WG_DEFER 1 defers where the registers allow it.)
-  static constexpr bool DEFER_SHAPE =
-      WGMMA && SUBS_PER_GROUP >= 2 && SUBS_PER_GROUP == K_SUB &&
-      (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2));
   static constexpr bool WG_DEFER =
       !FMA && WGMMA && SUBS_PER_GROUP >= 2 && K_SUB % SUBS_PER_GROUP == 0 &&
-      (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && DEFER_SHAPE && COMPUTE_REGS >= 200));
-  // MARLIN_WG_OFFSET: WG_DEFER's symmetric instances with the offset left in the weights.
-  static constexpr bool WG_OFFSET = MARLIN_WG_OFFSET && WG_DEFER && !HAS_ZP;
-  // ... its constant A fragment in shared memory (forms 1 and 2: 16 int4 after the ring's
-  // barriers), or in registers (form 3).
-  static constexpr bool WG_OFFSET_SMEM = WG_OFFSET && MARLIN_WG_OFFSET != 3;
+      (MARLIN_WG_DEFER == 2 || (MARLIN_WG_DEFER == 1 && SUBS_PER_GROUP == K_SUB &&
+        COMPUTE_REGS >= 200 && (SWAP == 2 || SWAP == 4 || (SWAP == 8 && WARP_TILES <= 2))));
   static constexpr bool DESC_ADD = desc_add(WGMMA, SWAP);  // (MARLIN_DESC_ADD above)
   // FMA (dequant_sym_fma): the group scale inside the unpacking's HFMA2, for the symmetric wgmma
   // instances whose units hold one group (WG_DEFER is then off). The host asks for it only
@@ -1391,13 +1311,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr int BARS = WS ? STAGES : (STAGES + 1) / 2;
   static constexpr bool DYN = DYN_Q > 0;
   static constexpr int RING = DYN ? 1 : 0;   // DYN: the ring of drawn chunks, 4 ints
-  // MARLIN_WG_OFFSET 1, 2: the constant A tile (two core matrices of 128 bytes), reserved in
-  // every symmetric DEFER_SHAPE build so that its A/B builds take the same shared memory
-  // (KernelConfig.offset_tile).
-  static constexpr int OFF_CONST = DEFER_SHAPE && !HAS_ZP ? 16 : 0;
-  static_assert(!WG_OFFSET_SMEM || OFF_CONST, "MARLIN_WG_OFFSET 1, 2: WG_DEFER 1's instances");
   static constexpr int SMEM_INT4 =
-      STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING + OFF_CONST;
+      STAGES * (A_STAGE + B_STAGE + S_STAGE + Z_STAGE) + RED + BARS + RING;
   static constexpr bool BULK = (MARLIN_BULK != 0 || (WS && MARLIN_WS_BULK != 0)) && MARLIN_SM90;
   static constexpr bool BULK_EVICT_FIRST = MARLIN_BULK == 2 || (WS && MARLIN_WS_BULK == 2);
   // MARLIN_WS_TMA_A where it applies: the activations as tensor copies, A_BOXES per fill.
@@ -1460,7 +1375,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   int4* sh_s;
   int4* sh_z;
   float4* sh_red;
-  int4* sh_off;   // MARLIN_WG_OFFSET 1, 2: the constant A tile
   uint32_t bar_full;             // (BULK, WS) shared address of the slots' mbarriers, 8 bytes each
   uint32_t full_parity = 0;      // (BULK, WS) the parity of the fill that bulk_wait awaits next
   int tid, lane, warp, nw, mw, kw;
@@ -2164,8 +2078,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         dequant_sym_fma(reinterpret_cast<const uint32_t*>(&r.b)[j], __low2half2(this->fm[j]),
                         __low2half2(this->fc[j]), __high2half2(this->fm[j]),
                         __high2half2(this->fc[j]), f0, f1);
-      } else if constexpr (WG_OFFSET) {
-        dequant_sym_biased(reinterpret_cast<const uint32_t*>(&r.b)[j], f0, f1);
       } else {
         dequant_tile<!WG_DEFER>(r, zp, j, f0, f1);
       }
@@ -2208,56 +2120,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #pragma unroll
     for (int j = 0; j < WARP_TILES; j++) wgmma_m64k16<8 * SWAP, ACC>(&acc[j][0], w[j], desc);
     wgmma_commit();
-  }
-
-  // MARLIN_WG_OFFSET: issue_wgmma, and in the same group the step's offsets into corr: the
-  // constant A fragment -1032 on k rows 0-7 and -72 on rows 8-15 (dequant_sym_biased's
-  // 1024 + x and 64 + x less those are x - 8) times the step's activations.
-  // Form 1: one wgmma of the constant tile in shared memory (c_desc) into corr; 2: one into
-  // each part[j] after its weights' (no corr, no FADD in the fold, WARP_TILES times the
-  // constant's wgmmas); 3: as 1 with the constant fragment in registers (c).
-  template <bool ACC = true>
-  __device__ __forceinline__ void issue_wgmma_offset(const FragA (&w)[WARP_TILES],
-                                                     unsigned long long desc,
-                                                     FragC (&part)[WARP_TILES][SW],
-                                                     FragC (&corr)[SW],
-                                                     const FragA& c,
-                                                     unsigned long long c_desc) {
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < WARP_TILES; j++) {
-      wgmma_m64k16<8 * SWAP, ACC>(&part[j][0], w[j], desc);
-      if constexpr (MARLIN_WG_OFFSET == 2) wgmma_ss_m64k16<8 * SWAP>(&part[j][0], c_desc, desc);
-    }
-    if constexpr (MARLIN_WG_OFFSET == 1) wgmma_ss_m64k16<8 * SWAP, ACC>(&corr[0], c_desc, desc);
-    if constexpr (MARLIN_WG_OFFSET == 3) wgmma_m64k16<8 * SWAP, ACC>(&corr[0], c, desc);
-    wgmma_commit();
-  }
-
-  // MARLIN_WG_OFFSET: add_scaled of part + corr (corr is the same for every weight column:
-  // its fragment's rows are equal, so element e of it goes with element e of each part[j]).
-  __device__ __forceinline__ void add_scaled_offset(FragC (&acc)[WARP_TILES][SW],
-                                                    const FragC (&part)[WARP_TILES][SW],
-                                                    const FragC (&corr)[SW], const Words& ws) {
-    const half2* sw = reinterpret_cast<const half2*>(&ws);
-#pragma unroll
-    for (int j = 0; j < WARP_TILES; j++) {
-      const float2 s = __half22float2(sw[j]);
-#pragma unroll
-      for (int h = 0; h < SWAP; h++) {
-        if constexpr (MARLIN_WG_OFFSET == 2) {   // (part has its offsets off already)
-          acc[j][h][0] = fmaf(s.x, part[j][h][0], acc[j][h][0]);
-          acc[j][h][1] = fmaf(s.x, part[j][h][1], acc[j][h][1]);
-          acc[j][h][2] = fmaf(s.y, part[j][h][2], acc[j][h][2]);
-          acc[j][h][3] = fmaf(s.y, part[j][h][3], acc[j][h][3]);
-        } else {
-          acc[j][h][0] = fmaf(s.x, part[j][h][0] + corr[h][0], acc[j][h][0]);
-          acc[j][h][1] = fmaf(s.x, part[j][h][1] + corr[h][1], acc[j][h][1]);
-          acc[j][h][2] = fmaf(s.y, part[j][h][2] + corr[h][2], acc[j][h][2]);
-          acc[j][h][3] = fmaf(s.y, part[j][h][3] + corr[h][3], acc[j][h][3]);
-        }
-      }
-    }
   }
 
   // DEFER_SCALE: acc += scale * part, the stage's group scales in FP32 (column 16j + lane/4
@@ -3459,26 +3321,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     // it is folded (a flag and a copy of the scale words in registers made some instances
     // spill under NVRTC 12.9).
     FragC part[WG_DEFER ? WARP_TILES : 1][WG_DEFER ? SW : 1];
-    // WG_OFFSET: the current group's offsets times its activations (issue_wgmma_offset).
-    FragC corr[WG_OFFSET ? SW : 1];   // (unused by MARLIN_WG_OFFSET 2)
-    // WG_OFFSET: the constant A fragment, -1032 on k rows 0-7 and -72 on rows 8-15
-    // (dequant_sym_biased's 1024 + x and 64 + x less those are x - 8). Or'ed with a bit of
-    // the dynamic shared memory's size that is always 0, so that ptxas keeps it in four
-    // registers instead of moving the constants in again for every wgmma that reads it.
-    // Forms 1 and 2: the constant tile's descriptor (no swizzle; the stride between core
-    // matrices along K is 128 bytes, along the rows 0).
-    const unsigned long long c_desc =
-        WG_OFFSET_SMEM ? static_cast<unsigned long long>(((smem_addr(sh_off) >> 4) & 0x3fffu) |
-                                                         ((128u >> 4) << 16))
-                       : 0ull;
-    FragA c_off = {};
-    if constexpr (WG_OFFSET && !WG_OFFSET_SMEM) {
-      uint32_t z;
-      asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(z));
-      z >>= 31;
-      c_off[0] = c_off[1] = 0xe408e408u | z;
-      c_off[2] = c_off[3] = 0xd480d480u | z;
-    }
 #if MARLIN_PROBE == 13
     float probe_s = 1.f;
 #endif
@@ -3559,16 +3401,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
                   (sub > 0 || (unit > unit_start && compute.kt != 0))) {
                 const Words sc = sub > 0 ? scales_at(stage, sub - 1) : scales_at(refill, K_SUB - 1);
                 wgmma_wait<0>();
-                if constexpr (MARLIN_PROBE != 12) {
-                  if constexpr (WG_OFFSET) add_scaled_offset(acc, part, corr, sc);
-                  else add_scaled(acc, part, sc);
-                }
+                if constexpr (MARLIN_PROBE != 12) add_scaled(acc, part, sc);
               }
-              if constexpr (WG_OFFSET) issue_wgmma_offset<false>(w, a_desc(stage, sub), part, corr, c_off, c_desc);
-              else issue_wgmma<false>(w, a_desc(stage, sub), part);
+              issue_wgmma<false>(w, a_desc(stage, sub), part);
             } else {
-              if constexpr (WG_OFFSET) issue_wgmma_offset(w, a_desc(stage, sub), part, corr, c_off, c_desc);
-              else issue_wgmma(w, a_desc(stage, sub), part);
+              issue_wgmma(w, a_desc(stage, sub), part);
             }
 #if MARLIN_PROBE == 13
             {
@@ -3651,8 +3488,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #pragma unroll
         for (int j = 0; j < WARP_TILES; j++) wa[0][j] = wa[1][j] = FragA{};
         // WG_DEFER: the column's last group (units hold whole groups: always pending).
-        if constexpr (WG_OFFSET) add_scaled_offset(acc, part, corr, scales_at(stage, K_SUB - 1));
-        else if constexpr (WG_DEFER) add_scaled(acc, part, scales_at(stage, K_SUB - 1));
+        if constexpr (WG_DEFER) add_scaled(acc, part, scales_at(stage, K_SUB - 1));
         if (unit == unit_end - 1) stamp_last_column();
         if (finish_column(acc, compute, unit == unit_end - 1)) {
           tail = true;   // the last unit: the loop ends here
@@ -3866,18 +3702,6 @@ __device__ __forceinline__ void marlin_kernel(const int4* A, const int4* B, cons
   k.sh_z = k.sh_s + STAGES * K::S_STAGE;
   k.sh_red = reinterpret_cast<float4*>(k.sh_z + STAGES * K::Z_STAGE);
   k.bar_full = smem_addr(k.sh_red + K::RED);
-  k.sh_off = reinterpret_cast<int4*>(k.sh_red + K::RED) + K::BARS + K::RING;
-  if constexpr (K::WG_OFFSET_SMEM) {
-    // The constant A tile of MARLIN_WG_OFFSET: core matrix 0 (k rows 0-7) -1032, core matrix 1
-    // (rows 8-15) -72, for all 64 rows (the descriptor's stride between 8-row groups is 0).
-    // Written through the generic proxy, read by wgmma through the async proxy.
-    if (threadIdx.x < 16) {
-      const int v = static_cast<int>(threadIdx.x < 8 ? 0xe408e408u : 0xd480d480u);
-      k.sh_off[threadIdx.x] = make_int4(v, v, v, v);
-      fence_proxy_async_shared();
-    }
-    __syncthreads();
-  }
   if constexpr (K::DYN) {
     k.ring = reinterpret_cast<int*>(reinterpret_cast<int4*>(k.sh_red + K::RED) + K::BARS);
     k.f_end = k.c_end = k.unit_end;

@@ -161,23 +161,8 @@ class KernelConfig:
         compute = split[2] if split else min(
             65536 // self.blocks_per_sm // self.launch_threads // 8 * 8, 255)
         return mode == 2 or (mode == 1 and spg == k_sub and compute >= 200 and
-                             self.offset_tile)
-
-    @property
-    def offset_tile(self) -> bool:
-        """Whether the instance reserves the constant A tile of the build switch
-        ``MARLIN_WG_OFFSET`` (the kernel's OFF_CONST; NOTES.md entry 109) with symmetric
-        weights: the wgmma loop with units of one scale group of at least two steps, and at
-        most 64 accumulators per thread (the shapes that ``MARLIN_WG_DEFER`` 1 defers, whatever
-        their registers). A build switch must not change the shared memory (``smem_bytes``),
-        so every build of these reserves it."""
-        if not self.wgmma or self.group_blocks <= 0:
-            return False
-        kw = self.k_warps
-        k_sub = self.thread_k_blocks // kw
-        return (self.group_blocks % kw == 0 and self.group_blocks // kw == k_sub and k_sub >= 2
-                and (self.swap_ab in (2, 4) or
-                     (self.swap_ab == 8 and self.warp_cols // 16 <= 2)))
+                             (self.swap_ab in (2, 4) or
+                              (self.swap_ab == 8 and self.warp_cols // 16 <= 2)))
 
     @property
     def scale_fma_applies(self) -> bool:
@@ -331,9 +316,7 @@ class KernelConfig:
         # One 8-byte mbarrier per stage (MARLIN_BULK); two with a producer (full and empty).
         bars = self.stages if self.producer else (self.stages + 1) // 2
         ring = 1 if self.dyn_chunk else 0   # dyn_chunk: the ring of drawn chunks (4 ints)
-        # The constant A tile of the build switch MARLIN_WG_OFFSET (``offset_tile``).
-        off = 16 if not has_zp and self.offset_tile else 0
-        return 16 * (self.stages * (a + b + s + z) + red + bars + ring + off)
+        return 16 * (self.stages * (a + b + s + z) + red + bars + ring)
 
     def problems(self) -> list:
         """Every violated constraint, as sentences (empty when the config is valid)."""

@@ -1,15 +1,22 @@
-"""The precision of a build switch that changes the kernel's sums (``MARLIN_WG_OFFSET``,
-benchmarks/NOTES.md entry 109), on real layers, against a float64 reference (needs a GPU).
+"""The precision of a build switch that changes the kernel's sums, on real layers, against a
+float64 reference (needs a GPU).
 
-    python3 scripts/offset_precision.py OUT.json --define MARLIN_WG_OFFSET=2
+    python3 scripts/offset_precision.py OUT.json --define NAME=VALUE[,NAME=VALUE]
                                         [--sets llama2-7b,llama2-13b,llama2-70b] [--m 16,32]
+
+Written for ``MARLIN_WG_OFFSET`` (benchmarks/NOTES.md entry 109: the offset left in the
+weights of the group fold, taken off by wgmmas of a constant tile; measured at f0569fd, slower,
+removed), whose sums carry about 1024 times the activations' group sums before the offset comes
+off; any switch can be given (e.g. ``MARLIN_WG_DEFER=0``, which scales the weights in FP16
+instead of the FP32 sums).
 
 For every layer of the sets and every M: random symmetric 4-bit weights as the harness draws
 them (scales uniform in [1e-3, 1e-2)), and activations of three kinds: ``normal`` (standard
-normal), ``shifted`` (normal of mean 2: every group's sum of A is large, which is what the
-switch's sums carry about 1024 times before the offset is taken off) and ``outliers``
-(standard normal with 1 % of the K channels times 30, as LLM activations have). The reference
-is x @ W in float64 on the GPU, W the dequantized weights (x - 8) s. Reported per case: the
+normal), ``shifted`` (normal of mean 2: every group's sum of A is large, which is what
+``MARLIN_WG_OFFSET``'s sums carried about 1024 times before the offset was taken off) and
+``outliers`` (standard normal with 1 % of the K channels times 30, as LLM activations have).
+The reference is x @ W in float64 on the GPU, W the dequantized weights (x - 8) s. Reported
+per case: the
 relative Frobenius error of the A build (the default dispatch's config built with the
 ``--define`` switches), of the B build (the shipped one), and of cuBLAS FP16 on the
 dequantized weights rounded to FP16 (the bound the GPU tests judge by: kernel <= 2 x cuBLAS +
@@ -99,7 +106,8 @@ def main(argv=None) -> int:
                              "scale_fma": fma,
                              "err_a": err["a"], "err_b": err["b"], "err_cublas": err["cublas"],
                              "a_finite": finite,
-                             "a_within_test_bound": finite and err["a"] <= 2 * err["cublas"] + 1e-4})
+                             "a_within_test_bound":
+                                 finite and err["a"] <= 2 * err["cublas"] + 1e-4})
                 print(f"{k}x{n} M={m} {kind:8s} {cfg.name}: A {err['a']:.3e} B {err['b']:.3e} "
                       f"cuBLAS {err['cublas']:.3e}", flush=True)
         del mw, w64, w16

@@ -934,3 +934,23 @@ def test_execute_notebook_in_process_leaves_the_process_as_it_was(tmp_path, monk
     assert _load("execute_notebook").execute(nb, tmp_path)
     assert nb["cells"][1]["outputs"][0]["text"] == [f"Agg {tmp_path.name}\n"]
     assert (plt.show, os.getcwd(), os.environ["MPLBACKEND"]) == (show, cwd, "pdf")
+
+
+def test_offset_precision_activation_kinds():
+    """offset_precision.py's three activation kinds: FP16 [M, K]; ``shifted`` has mean about 2
+    (large group sums of A), ``outliers`` 1 % of the channels about 30 times the others, and an
+    unknown kind is refused."""
+    np = pytest.importorskip("numpy")
+    op = _load("offset_precision")
+    rng = np.random.default_rng(0)
+    m, k = 64, 4096
+    xs = {kind: op.activations(kind, m, k, rng).astype(np.float64) for kind in op.KINDS}
+    assert all(x.shape == (m, k) for x in xs.values())
+    assert all(op.activations(kind, 2, 8, rng).dtype == np.float16 for kind in op.KINDS)
+    assert abs(xs["normal"].mean()) < 0.05 and abs(xs["shifted"].mean() - 2.0) < 0.05
+    rms = np.sqrt((xs["outliers"] ** 2).mean(axis=0))      # per channel
+    loud = rms > 10.0
+    assert loud.sum() == k // 100 and 20.0 < rms[loud].mean() < 40.0
+    assert rms[~loud].max() < 2.0
+    with pytest.raises(ValueError, match="unknown activation kind"):
+        op.activations("uniform", 2, 8, rng)
