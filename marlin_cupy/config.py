@@ -21,7 +21,8 @@ TILE_SHAPES = (
 )
 GROUP_BLOCKS = (-1, 2, 4, 8)      # per-channel, g32, g64, g128
 DEFAULT_STAGES = 4               # fits every sm_80+ device for every tile shape
-MAX_M_BLOCKS = 4                 # 64 rows per CTA tile; larger M runs as 64-row slabs
+MAX_M_BLOCKS = 4                 # 64 rows per mma.sync tile (wgmma: TALL_SWAPS); M beyond a
+#                                 tile runs as slabs of its rows inside the kernel
 WGMMA_SWAPS = (1, 2, 4, 6, 8, 10, 12, 14, 16)   # 8-row blocks per wgmma; 16: 128-row slabs
 #: wgmma swaps whose tiles are taller than MAX_M_BLOCKS blocks of 16 rows: 80- to 128-row slabs.
 TALL_SWAPS = (10, 12, 14, 16)
@@ -254,7 +255,8 @@ class KernelConfig:
 
     @property
     def max_m(self) -> int | None:
-        """Largest M this instance can run (None: any M, as 64-row or 16-row slabs)."""
+        """Largest M this instance can run (None: any M, as slabs of ``tile_m`` rows: 16 to 64 with
+        mma.sync, 16 to 128 with wgmma)."""
         return 8 if self.swap_ab == 1 else None
 
     @property

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Everything a GPU machine can prove, in one run: see ``scripts/device_check.sh``.
 
-Stages (each logged to OUTDIR/logs/, each bounded in time, none stops the others):
-1. environment: ``records.environment()`` and ``nvidia-smi``;
-2. pytest: ``python3 -m pytest -m gpu`` with a JUnit XML report, parsed into counts;
+Stages (each bounded in time, none stops the others; logs under OUTDIR/logs/):
+1. environment: ``records.environment()`` and ``nvidia-smi``, whose report goes to
+   OUTDIR/nvidia-smi.txt;
+2. pytest: first a kernel-cache warm-up (``kernels.warm_instantiated``, every dispatchable kernel
+   compiled in parallel, at most 240 s, logs/warm_cache.log), then ``python3 -m pytest -m gpu``
+   (logs/pytest_gpu.log) with a JUnit XML report, OUTDIR/pytest_gpu.xml, parsed into counts;
 3. sanitizer: ``scripts/sanitize_case.py`` plainly (warms the kernel cache, checks results,
    measures cuBLAS FP16's errors into logs/fp16_errors.json), then under ``compute-sanitizer
    --tool memcheck`` and ``--tool racecheck``, which read those errors and so watch no cuBLAS

@@ -1,6 +1,7 @@
 """A benchmark record (JSON) -> markdown tables and PNG plots. Needs no GPU.
 
-    python -m marlin_cupy.bench.report benchmarks/results/2026-11-29_nvidia-h200_bench.json
+    python -m marlin_cupy.bench.report \\
+        benchmarks/results/2026-12-04_h200_989e35c/call2/2026-12-04_nvidia-h200_bench.json
 
 writes ``<stem>.md``, ``<stem>_speedup.png`` and ``<stem>_roofline.png`` beside the JSON (or into
 ``--out-dir``). The sweep calls the same functions, so a table or plot never holds a number that
