@@ -9,8 +9,11 @@ bit-field ``j`` (bits ``[bits*j, bits*(j+1))``) of an int32 word holds the ``j``
 - ``qweight`` int32 ``[K/pf, N]``, packed along K: field ``j`` of ``qweight[r, n]`` is
   ``q[r*pf + j, n]``.
 - ``qzeros`` int32 ``[G, N/pf]``, packed along N: field ``j`` of ``qzeros[g, c]`` is the stored
-  zero of column ``c*pf + j``. Format ``"gptq"`` (v1) stores ``zero - 1`` (modulo ``2**bits``; the
-  historical quirk, so symmetric 4-bit stores ``0x77777777``); ``"gptq_v2"`` stores the zero.
+  zero of column ``c*pf + j``. Format ``"gptq"`` (v1) stores ``zero - 1`` (the historical
+  quirk, so symmetric 4-bit stores ``0x77777777``); ``"gptq_v2"`` stores the zero. Other v1
+  readers (vLLM's gptq and exllama kernels) add the 1 back without wrapping, so a zero of 0
+  cannot be written as v1 (``to_gptq`` refuses it; save as ``"gptq_v2"``); ``from_gptq`` reads
+  a stored ``2**bits - 1`` as zero 0 (modulo ``2**bits``).
 - ``scales`` float16 ``[G, N]``; ``g_idx`` int32 ``[K]``, the group of every input row
   (``k // group_size`` unless the checkpoint was quantized with act-order).
 - Dequantized: ``W[k, n] = (q[k, n] - zero[g, n]) * scales[g, n]`` with ``g = g_idx[k]``.
@@ -29,8 +32,10 @@ everything, validate everything, and only then return; any problem is a ``ValueE
 names the file and the tensor.
 
 Group size: when a weight has a single group (``G == 1``) it is imported as ``group_size=-1``
-(one group spanning K), also when the caller or config says ``group_size == K``: both mean the
-same thing, and -1 is the form the kernels treat as per-channel.
+(one group spanning K), also when the caller or config says ``group_size >= K`` (GPTQ tools
+count ``ceil(K / group_size)`` groups): these all mean the same thing, and -1 is the form the
+kernels treat as per-channel. Saving, such a one-group layer matches any group size >= its K,
+so it is written with the group size of the other layers and a loaded checkpoint saves again.
 """
 from __future__ import annotations
 
@@ -163,11 +168,20 @@ def _resolve_group_size(k: int, g: int, group_size, scales_name: str) -> int:
                                    or not isinstance(group_size, (int, np.integer))):
         raise ValueError(f"group_size must be an int or None; got {group_size!r}.")
     if g == 1:
-        if group_size in (None, -1, k):
+        if group_size is None or group_size == -1 or group_size >= k:
             return -1
         raise ValueError(f"{scales_name} has G=1 row, so one group spans K={k}, which does not "
                          f"match group_size={group_size}. Pass group_size=-1 (or None to infer "
                          "it from the shapes).")
+    partial = _partial_group_size(k, g, group_size)
+    if partial is not None:
+        exact = (f" (read as {g} equal groups, group_size={k // g} is not supported either)"
+                 if group_size is None and k % g == 0 else "")
+        raise ValueError(f"K={k} is not a multiple of group_size={partial}: {scales_name} has "
+                         f"G={g} = ceil({k} / {partial}) rows, so its last group holds only "
+                         f"{k - (g - 1) * partial} rows (AutoGPTQ rounds the group count up)"
+                         f"{exact}. The kernels need whole groups: pad in_features to "
+                         f"{g * partial} with zero weights before quantizing.")
     if group_size is None:
         if k % g:
             raise ValueError(f"K={k} rows cannot be split into G={g} equal groups ({scales_name} "
@@ -181,6 +195,16 @@ def _resolve_group_size(k: int, g: int, group_size, scales_name: str) -> int:
         raise ValueError(f"group_size={group_size} (K={k}, G={g}) is not supported; supported: "
                          f"{SUPPORTED_GROUP_SIZES}.")
     return int(group_size)
+
+
+def _partial_group_size(k: int, g: int, group_size):
+    """The group size (the caller's, else a supported one) with which K rows make
+    ``G = ceil(K / group_size)`` groups, the last one partial; None if there is none."""
+    sizes = [group_size] if group_size is not None else SUPPORTED_GROUP_SIZES
+    for size in sizes:
+        if size > 0 and k % size and -(-k // size) == g:
+            return size
+    return None
 
 
 def _check_bits(bits) -> None:
@@ -251,11 +275,24 @@ def _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint
         bad = stored != expected
         if bad.any():
             gg, nn = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            head = (f"{names['qzeros']} holds stored zero {int(stored[gg, nn])} for group {gg}, "
+                    f"column {nn} ({int(bad.sum())} such entries), but a symmetric {bits}-bit "
+                    f"'{checkpoint_format}' checkpoint stores {expected} everywhere.")
+            other = "gptq_v2" if checkpoint_format == "gptq" else "gptq"
+            other_expected = default_zero(bits) - (other == "gptq")
+            if np.all(stored == other_expected):
+                # Mislabelled (GPTQModel can write v2 zeros under a v1 label): sym=False would
+                # read zero 2**(bits-1) +- 1 and shift every weight by one step.
+                raise ValueError(
+                    f"{head} Every entry is {other_expected}, the symmetric zero point as "
+                    f"format '{other}' stores it: the checkpoint is '{other}' labelled "
+                    f"'{checkpoint_format}'. Read it as checkpoint_format='{other}' "
+                    f"(\"checkpoint_format\": \"{other}\" in quantize_config.json); reading "
+                    "it as asymmetric would shift every weight by one step.")
             raise ValueError(
-                f"{names['qzeros']} holds stored zero {int(stored[gg, nn])} for group {gg}, column "
-                f"{nn} ({int(bad.sum())} such entries), but a symmetric {bits}-bit "
-                f"'{checkpoint_format}' checkpoint stores {expected} everywhere. If the checkpoint "
-                "has per-group zero points pass sym=False (and check checkpoint_format).")
+                f"{head} If the checkpoint has per-group zero points, read it as asymmetric: "
+                "pass sym=False to from_gptq, or set \"sym\": false in quantize_config.json "
+                "(and check checkpoint_format).")
         zeros = None
     elif checkpoint_format == "gptq":
         zeros = ((stored.astype(np.int32) + 1) % (1 << bits)).astype(np.uint8)   # undo zero - 1
@@ -284,28 +321,47 @@ def _g_idx(g_idx, k: int, g: int, names: dict, bits: int) -> np.ndarray:
 def to_gptq(qw: QuantizedWeight, checkpoint_format: str = "gptq") -> dict:
     """AutoGPTQ tensors of ``qw``: ``{"qweight", "qzeros", "scales", "g_idx"}`` (always all four).
 
-    ``checkpoint_format="gptq"`` stores ``zero - 1`` (mod ``2**bits``) in ``qzeros``, the
-    historical layout every GPTQ reader expects; ``"gptq_v2"`` stores the true zero. Symmetric
-    weights write their fixed zero point. ``from_gptq(**to_gptq(qw, f), bits=qw.bits,
+    ``checkpoint_format="gptq"`` stores ``zero - 1`` in ``qzeros``, the historical layout
+    every GPTQ reader expects; ``"gptq_v2"`` stores the true zero. Symmetric weights write
+    their fixed zero point. A zero point of 0 (``quantize(sym=False)`` gives it to groups whose
+    weights are all >= 0) cannot be written as "gptq": stored as ``2**bits - 1``, readers that
+    add the 1 back (vLLM's gptq/exllama kernels) would read ``2**bits``, every weight of the
+    group off by ``2**bits * scale``; that is a ValueError pointing to "gptq_v2". ``from_gptq(**to_gptq(qw, f), bits=qw.bits,
     sym=qw.sym, checkpoint_format=f)`` gives ``qw`` back (a single group spanning K comes
     back as ``group_size=-1``).
     """
     if not isinstance(qw, QuantizedWeight):
         raise ValueError(f"to_gptq needs a QuantizedWeight; got {type(qw).__name__}.")
     _check_checkpoint_format(checkpoint_format)
+    qw.check()                        # codes changed in place would spill into their neighbours
     pf = 32 // qw.bits
     if qw.k % pf or qw.n % pf:
         raise ValueError(f"GPTQ packs {pf} {qw.bits}-bit values per int32 along K (qweight) and N "
                          f"(qzeros); K={qw.k} and N={qw.n} must both be multiples of {pf}.")
     zeros = qw.zero_points().astype(np.int32)                            # [G, N]
     if checkpoint_format == "gptq":
-        zeros = (zeros - 1) % (1 << qw.bits)                             # the "zero - 1" quirk
+        _check_v1_zeros(zeros, qw.bits)
+        zeros = zeros - 1                                                # the "zero - 1" quirk
     return {
         "qweight": _pack_rows(qw.q, qw.bits),                            # [K/pf, N]
         "qzeros": pack_cols(zeros.astype(np.uint8), qw.bits),           # [G, N/pf]
         "scales": qw.scales.copy(),                                      # [G, N]
         "g_idx": np.array(qw.row_groups(), dtype=np.int32),              # [K]
     }
+
+
+def _check_v1_zeros(zeros: np.ndarray, bits: int) -> None:
+    """Raise if a zero point is 0, which format "gptq" (zero - 1 stored) cannot express."""
+    bad = zeros == 0                                                     # [G, N]
+    if bad.any():
+        g, n = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        raise ValueError(
+            f"{int(bad.sum())} zero point(s) of 0 (first: group {g}, column {n}) cannot be "
+            f"written as checkpoint_format='gptq': v1 stores zero - 1, i.e. {(1 << bits) - 1}, "
+            f"and other readers (vLLM's gptq/exllama kernels) add 1 back to get {1 << bits}, "
+            f"putting every weight of those groups off by {1 << bits} * scale. "
+            "quantize(sym=False) gives zero 0 to groups whose weights are all >= 0. Save with "
+            "checkpoint_format='gptq_v2', which stores the zero point itself.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,6 +406,7 @@ def to_awq(qw: QuantizedWeight) -> dict:
     """
     if not isinstance(qw, QuantizedWeight):
         raise ValueError(f"to_awq needs a QuantizedWeight; got {type(qw).__name__}.")
+    qw.check()                        # codes changed in place would spill into their neighbours
     if qw.bits != 4:
         raise ValueError(f"AWQ stores 4-bit weights only; this weight has bits={qw.bits}. Use "
                          "to_gptq for 8-bit.")
@@ -506,7 +563,13 @@ def _for_layer(name, export, *args):
 
 
 def _common_config(layers, caller: str, need_same_sym: bool = True):
-    """(bits, sym, group_size) shared by every layer; ValueError naming the first that differs."""
+    """(bits, sym, group_size) shared by every layer; ValueError naming the first that differs.
+
+    A one-group layer (``group_size == -1``, or K == group_size) matches any group size >= its
+    K: GPTQ tools count ``ceil(K / group_size)`` groups and the loaders import it as -1. The
+    group size is that of the layers with several groups; if every layer has one group, the
+    largest group size given (when it covers every K), else -1.
+    """
     if not isinstance(layers, dict) or not layers:
         raise ValueError(f"{caller} needs a non-empty dict of layer name -> QuantizedWeight.")
     first_name, first = None, None
@@ -519,13 +582,34 @@ def _common_config(layers, caller: str, need_same_sym: bool = True):
         if first is None:
             first_name, first = name, qw
             continue
-        for attr in ("bits", "group_size") + (("sym",) if need_same_sym else ()):
+        for attr in ("bits",) + (("sym",) if need_same_sym else ()):
             if getattr(qw, attr) != getattr(first, attr):
                 raise ValueError(f"{caller}: layer {name!r} has {attr}={getattr(qw, attr)} but "
                                  f"layer {first_name!r} has {attr}={getattr(first, attr)}; "
                                  "quantize_config.json holds one value for all layers. Save "
                                  "them to separate folders.")
-    return first.bits, first.sym, first.group_size
+    grouped = {name: qw for name, qw in layers.items() if qw.num_groups > 1}
+    if grouped:
+        ref_name, ref = next(iter(grouped.items()))
+        for name, qw in grouped.items():
+            if qw.group_size != ref.group_size:
+                raise ValueError(f"{caller}: layer {name!r} has group_size={qw.group_size} but "
+                                 f"layer {ref_name!r} has group_size={ref.group_size}; "
+                                 "quantize_config.json holds one value for all layers. Save "
+                                 "them to separate folders.")
+        group_size = ref.group_size
+        for name, qw in layers.items():
+            if qw.num_groups == 1 and qw.k > group_size:
+                raise ValueError(f"{caller}: layer {name!r} has one group spanning K={qw.k}, "
+                                 f"but layer {ref_name!r} has group_size={group_size}: a reader "
+                                 f"would expect ceil({qw.k} / {group_size}) = "
+                                 f"{-(-qw.k // group_size)} groups. Save them to separate "
+                                 "folders.")
+    else:
+        given = [qw.group_size for qw in layers.values() if qw.group_size != -1]
+        widest = max(qw.k for qw in layers.values())
+        group_size = max(given) if given and max(given) >= widest else -1
+    return first.bits, first.sym, group_size
 
 
 def _write_checkpoint(path_dir, tensors: dict, config: dict) -> None:

@@ -22,6 +22,10 @@ class MarlinLinear:
         if not isinstance(weight, MarlinWeight):
             raise ValueError(f"weight must be a QuantizedWeight or MarlinWeight; got "
                              f"{type(weight).__name__}.")
+        if weight.bits != 4:
+            raise ValueError(f"MarlinLinear runs 4-bit weights; this weight has bits="
+                             f"{weight.bits}. 8-bit weights can be packed and unpacked but the "
+                             "kernel does not run them yet.")
         self.weight = weight if weight.on_device else weight.to_device()
         self.config = config
         self.pdl = pdl

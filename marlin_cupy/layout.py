@@ -81,7 +81,7 @@ def act_order_perm(g_idx: np.ndarray, group_size: int) -> np.ndarray:
     """Row order that makes act-order groups contiguous; every group must hold group_size rows."""
     perm = np.argsort(g_idx, kind="stable").astype(np.int32)          # [K]
     if not np.array_equal(g_idx[perm], trivial_g_idx(g_idx.size, group_size)):
-        counts = np.bincount(g_idx)
+        counts = np.bincount(g_idx, minlength=num_groups(g_idx.size, group_size))   # [G]
         raise ValueError(
             f"act-order g_idx must assign exactly group_size={group_size} rows to every group; "
             f"group sizes found range {counts.min()}..{counts.max()}. Such a layer cannot be "
@@ -165,7 +165,12 @@ def unpack_zeros(packed: np.ndarray, bits: int) -> np.ndarray:
 
 
 def pack(qw: QuantizedWeight) -> MarlinWeight:
-    """``QuantizedWeight`` -> ``MarlinWeight`` (host arrays). ``unpack`` is its exact inverse."""
+    """``QuantizedWeight`` -> ``MarlinWeight`` (host arrays). ``unpack`` is its exact inverse.
+
+    ``qw`` is checked again first (``QuantizedWeight.check``): its arrays may have been changed
+    in place since it was made, and a code of ``2**bits`` or more would spill into the bits of
+    its neighbour in the packed word."""
+    qw.check()
     k, n = qw.k, qw.n
     _check_packable(k, n)
     q = qw.q

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .weights import (SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight, default_zero,
-                      num_groups)
+from .weights import (FP16_MAX, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight,
+                      check_int, default_zero, num_groups)
 
 # Range shrink factors tried by clip_search; 1.0 (no clipping) must come first so that ties
 # keep the unclipped result.
@@ -53,7 +53,6 @@ ZERO_GROUP_SCALE = 1.0
 # keeps quantizing a 8192 x 57344 layer from needing many GiB of scratch memory.
 _BLOCK_ELEMENTS = 1 << 22
 
-_FP16_MAX = float(np.finfo(np.float16).max)
 
 
 def quantize(w, bits: int = 4, group_size: int = 128, sym: bool = True,
@@ -66,10 +65,14 @@ def quantize(w, bits: int = 4, group_size: int = 128, sym: bool = True,
     points. ``clip_search``: search range shrink factors per group for least squared error.
     See the module docstring for the exact conventions and the error bound they guarantee.
 
-    Raises ``ValueError`` for non-float or non-2-D input, non-finite values, unsupported
-    ``bits``/``group_size``, K not a multiple of ``group_size``, and weights so large that a
-    scale would overflow float16. Nothing is cast or clipped silently.
+    Raises ``ValueError`` for non-float or non-2-D input, non-finite values, ``bits`` or
+    ``group_size`` that are not supported integers (``128.0`` and ``True`` are refused), K not
+    a multiple of ``group_size``, and weights beyond float16's range: ``max|w| > 65504``, or a
+    dequantized value ``(q - zero) * scale`` past 65504 (the kernels dequantize to float16;
+    with the scale rounded up, ``w = 65504`` itself dequantizes to 65520, which is inf there).
+    Nothing is cast or clipped silently.
     """
+    bits, group_size = check_int("bits", bits), check_int("group_size", group_size)
     w = _check_inputs(w, bits, group_size, sym, clip_search)
     k, n = w.shape
     g = num_groups(k, group_size)
@@ -188,8 +191,8 @@ def _quantize_groups(w_blk, bits, sym, clip_search, col0):
     else:
         lo = np.minimum(np.min(w_blk, axis=1), 0.0)                        # [G, n]
         hi = np.maximum(np.max(w_blk, axis=1), 0.0)                        # [G, n]
+    _check_scale_range(lo, hi, sym, col0)
     scale, zero = _scale_and_zero(lo, hi, 1.0, bits, sym)
-    _check_scale_range(scale, lo, hi, bits, sym, col0)
     q, err = _codes(w_blk, scale, zero, bits)
     if clip_search:
         for factor in CLIP_FACTORS[1:]:
@@ -200,19 +203,45 @@ def _quantize_groups(w_blk, bits, sym, clip_search, col0):
             zero = np.where(better, z_f, zero)
             q = np.where(better[:, None, :], q_f, q)
             err = np.minimum(err, err_f)
+    _check_dequantized_range(q, scale, zero, lo, hi, sym, col0)
     return q.astype(np.uint8), scale, zero.astype(np.uint8)
 
 
-def _check_scale_range(scale, lo, hi, bits, sym, col0):
-    """Raise if a group's scale does not fit in float16 (weights beyond ~65504 * 7 for 4-bit)."""
-    bad = ~np.isfinite(scale)
+def _largest_weight(lo, hi, sym):
+    """max|w| of every group, float64 ``[G, n]`` (``hi`` is max|w| for the symmetric types)."""
+    return hi if sym else np.maximum(hi, -lo)
+
+
+def _check_scale_range(lo, hi, sym, col0):
+    """Raise if a group holds a weight beyond the float16 maximum 65504 (the kernels' float16
+    weights could not hold it, and its scale or dequantized values would overflow)."""
+    top = _largest_weight(lo, hi, sym)                                     # [G, n]
+    bad = top > FP16_MAX
     if not bad.any():
         return
     g, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
-    span = (f"max|w| = {hi[g, c]:.6g}" if sym
-            else f"max - min = {hi[g, c] - lo[g, c]:.6g} (range widened to contain 0)")
-    steps = default_zero(bits) - 1 if sym else (1 << bits) - 1
-    raise ValueError(f"group {g} of column {col0 + c} needs a scale beyond the float16 maximum "
-                     f"{_FP16_MAX:.0f}: {span}, and scale = that / {steps} ({int(bad.sum())} such "
-                     f"group(s) among columns {col0}..{col0 + bad.shape[1] - 1}). Rescale the "
-                     "weights (e.g. fold a factor into the previous layer) before quantizing.")
+    raise ValueError(f"group {g} of column {col0 + c} has max|w| = {top[g, c]:.6g}, beyond the "
+                     f"float16 maximum {FP16_MAX:.0f} ({int(bad.sum())} such group(s) among "
+                     f"columns {col0}..{col0 + bad.shape[1] - 1}); its dequantized weights "
+                     "would be inf in the kernels. Rescale the weights (e.g. fold a factor into "
+                     "the previous layer) before quantizing.")
+
+
+def _check_dequantized_range(q, scale, zero, lo, hi, sym, col0):
+    """Raise if a dequantized value ``(q - zero) * scale`` is beyond the float16 maximum: the
+    scale is rounded up and the grid may reach past max|w|, e.g. ``w = 65504`` (symmetric
+    4-bit: scale 9360, 7 * 9360 = 65520, inf in float16)."""
+    s = scale.astype(np.float64)[:, None, :]                               # [G, 1, n]
+    deq = np.max(np.abs((q - zero[:, None, :]) * s), axis=1)               # [G, n]
+    bad = deq > FP16_MAX
+    if not bad.any():
+        return
+    g, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    top = _largest_weight(lo, hi, sym)
+    raise ValueError(f"group {g} of column {col0 + c} has max|w| = {top[g, c]:.6g}, but with "
+                     f"its scale {float(scale[g, c]):.6g} (rounded up to float16) a dequantized "
+                     f"value {deq[g, c]:.6g} is beyond the float16 maximum {FP16_MAX:.0f} "
+                     f"({int(bad.sum())} such group(s) among columns {col0}.."
+                     f"{col0 + bad.shape[1] - 1}): the kernels would compute inf. Rescale the "
+                     "weights slightly down (e.g. fold a factor into the previous layer) before "
+                     "quantizing.")

@@ -7,13 +7,25 @@ information rearranged into the Marlin tiled layout that the kernel reads; ``lay
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 SUPPORTED_BITS = (4, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128, -1)
+FP16_MAX = 65504.0            # the largest finite float16
+
+
+def check_int(name: str, value) -> int:
+    """``value`` as a Python int if it is a Python or NumPy integer (not a bool), else ValueError:
+    ``128.0`` or ``True`` compare equal to supported values but would reach the kernel sources
+    and the shape arithmetic as floats or bools."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer (a Python or NumPy int, not a bool); got "
+                         f"{value!r} ({type(value).__name__}). Pass {name}=int(...) if the "
+                         "value is integral.")
+    return int(value)
 
 
 def default_zero(bits: int) -> int:
@@ -42,7 +54,15 @@ class QuantizedWeight:
     point is fixed at ``2**(bits-1)``.
     ``g_idx``: int32 ``[K]`` group of every input row (act-order), or ``None`` for the default
     ``k // group_size``. A ``g_idx`` equal to the default is stored as ``None``.
+    ``bits``, ``group_size``: Python or NumPy integers (stored as int; floats and bools refused).
     Dequantized value: ``(q - zero) * scale`` of row ``k``'s group.
+
+    Scales must be finite (NaN and inf are refused, as ``from_gptq``/``from_awq`` refuse them);
+    zero and negative scales are accepted, as the importers accept them: a zero scale (a pruned
+    group) dequantizes its group to 0. ``check()`` runs every check; the constructor runs it,
+    and so do ``layout.pack``, ``to_gptq`` and ``to_awq``, since the arrays can be changed in
+    place after construction (a code of ``2**bits`` or more would spill into its neighbour's
+    bits when packed).
     """
 
     q: np.ndarray
@@ -53,31 +73,11 @@ class QuantizedWeight:
     group_size: int
 
     def __post_init__(self):
-        if self.bits not in SUPPORTED_BITS:
-            raise ValueError(f"bits={self.bits} is not supported; use one of {SUPPORTED_BITS}.")
-        if self.group_size not in SUPPORTED_GROUP_SIZES:
-            raise ValueError(f"group_size={self.group_size} is not supported; use one of "
-                             f"{SUPPORTED_GROUP_SIZES} (-1 means one scale per output channel).")
-        q = np.asarray(self.q)
-        if q.ndim != 2 or q.dtype != np.uint8:
-            raise ValueError(f"q must be a uint8 array of shape [K, N]; got dtype={q.dtype}, "
-                             f"shape={q.shape}.")
-        k, n = q.shape
-        if self.group_size != -1 and k % self.group_size:
-            raise ValueError(f"K={k} is not a multiple of group_size={self.group_size}.")
-        if q.size and int(q.max()) >= (1 << self.bits):
-            raise ValueError(f"q holds code {int(q.max())}, which does not fit in bits={self.bits}.")
+        self.bits = check_int("bits", self.bits)
+        self.group_size = check_int("group_size", self.group_size)
+        self.check()
+        k = self.q.shape[0]
         g = num_groups(k, self.group_size)
-        if self.scales.shape != (g, n) or self.scales.dtype != np.float16:
-            raise ValueError(f"scales must be float16 of shape [G, N] = [{g}, {n}]; got dtype="
-                             f"{self.scales.dtype}, shape={self.scales.shape}.")
-        if self.zeros is not None:
-            if self.zeros.shape != (g, n) or self.zeros.dtype != np.uint8:
-                raise ValueError(f"zeros must be uint8 of shape [G, N] = [{g}, {n}] or None; got "
-                                 f"dtype={self.zeros.dtype}, shape={self.zeros.shape}.")
-            if self.zeros.size and int(self.zeros.max()) >= (1 << self.bits):
-                raise ValueError(f"zeros holds {int(self.zeros.max())}, which does not fit in "
-                                 f"bits={self.bits}.")
         if self.g_idx is not None:
             g_idx = np.asarray(self.g_idx)
             if g_idx.shape != (k,) or not np.issubdtype(g_idx.dtype, np.integer):
@@ -88,6 +88,54 @@ class QuantizedWeight:
                                  f"{int(g_idx.min())}..{int(g_idx.max())}.")
             g_idx = g_idx.astype(np.int32)
             self.g_idx = None if np.array_equal(g_idx, trivial_g_idx(k, self.group_size)) else g_idx
+
+    def check(self) -> None:
+        """Raise ValueError if any field is inconsistent: types, shapes, code and zero ranges,
+        finite scales (``g_idx`` is checked and normalised by the constructor)."""
+        bits = check_int("bits", self.bits)
+        group_size = check_int("group_size", self.group_size)
+        if bits not in SUPPORTED_BITS:
+            raise ValueError(f"bits={bits} is not supported; use one of {SUPPORTED_BITS}.")
+        if group_size not in SUPPORTED_GROUP_SIZES:
+            raise ValueError(f"group_size={group_size} is not supported; use one of "
+                             f"{SUPPORTED_GROUP_SIZES} (-1 means one scale per output channel).")
+        for name in ("q", "scales", "zeros"):
+            value = getattr(self, name)
+            if not isinstance(value, np.ndarray) and not (name == "zeros" and value is None):
+                raise ValueError(f"{name} must be a NumPy array; got {type(value).__name__}. "
+                                 f"Convert it with numpy.asarray(..., dtype=...) first.")
+        q = self.q
+        if q.ndim != 2 or q.dtype != np.uint8:
+            raise ValueError(f"q must be a uint8 array of shape [K, N]; got dtype={q.dtype}, "
+                             f"shape={q.shape}.")
+        k, n = q.shape
+        if group_size != -1 and k % group_size:
+            raise ValueError(f"K={k} is not a multiple of group_size={group_size}.")
+        limit = 1 << bits
+        if q.size and int(q.max()) >= limit:
+            bad = q >= limit
+            r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise ValueError(f"q holds code {int(q[r, c])} at row {r}, column {c} "
+                             f"({int(bad.sum())} code(s) >= {limit}), which does not fit in "
+                             f"bits={bits} (codes 0..{limit - 1}). Codes changed in place after "
+                             "the QuantizedWeight was made are checked again here.")
+        g = num_groups(k, group_size)
+        if self.scales.shape != (g, n) or self.scales.dtype != np.float16:
+            raise ValueError(f"scales must be float16 of shape [G, N] = [{g}, {n}]; got dtype="
+                             f"{self.scales.dtype}, shape={self.scales.shape}.")
+        bad = ~np.isfinite(self.scales)
+        if bad.any():
+            r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise ValueError(f"scales holds {int(bad.sum())} non-finite scale(s); the first is "
+                             f"scales[{r}, {c}] = {self.scales[r, c]}. Scales must be finite "
+                             "(zero is allowed: it dequantizes its group to 0).")
+        if self.zeros is not None:
+            if self.zeros.shape != (g, n) or self.zeros.dtype != np.uint8:
+                raise ValueError(f"zeros must be uint8 of shape [G, N] = [{g}, {n}] or None; got "
+                                 f"dtype={self.zeros.dtype}, shape={self.zeros.shape}.")
+            if self.zeros.size and int(self.zeros.max()) >= limit:
+                raise ValueError(f"zeros holds {int(self.zeros.max())}, which does not fit in "
+                                 f"bits={bits}.")
 
     @property
     def k(self) -> int:
@@ -145,6 +193,9 @@ def scales_fit_fma(scales) -> bool:
     return bool((a < FMA_SCALE_LIMIT).all())    # False for NaN and inf too
 
 
+_MARLIN_FIELDS = ("qweight", "scales", "zeros", "perm", "bits", "group_size", "k", "n")
+
+
 @dataclass(eq=False)
 class MarlinWeight:
     """A quantized weight in the Marlin tiled layout (see ``layout.py`` for the exact format).
@@ -154,15 +205,23 @@ class MarlinWeight:
     ``zeros``: int32 ``[G, N*bits/32]`` packed, permuted zero points, or ``None`` (symmetric).
     ``perm``: int32 ``[K]`` act-order permutation of the input rows (the kernel computes
     ``x[:, perm] @ W[perm]``), or ``None``.
-    Arrays are NumPy on the host, or CuPy after ``to_device()``.
-    ``fma_scales`` (not an argument): whether every scale is finite and below
+    ``bits``, ``group_size``, ``k``, ``n``: integers (K a multiple of 16, N of 64).
+    Arrays are NumPy on the host, or CuPy (C-contiguous) after ``to_device()``; all of one kind.
+
+    Every field is checked when a ``MarlinWeight`` is made and again when one is assigned
+    (``ValueError``, and the assignment does not happen), since ``matmul`` reads the arrays as
+    raw memory: float32 scales or a swapped K/N would be misread, not refused. Device arrays are
+    recognised by duck typing (``shape``, ``dtype``, ``flags``; ``get()`` for the ``perm``
+    check), so host weights never import CuPy. Changing an array *in place* is not checked:
+    make a new ``MarlinWeight`` (``dataclasses.replace``) instead.
+
+    ``fma_scales`` (read-only, not an argument): whether every scale is finite and below
     ``config.FMA_SCALE_LIMIT`` (2^-4) in magnitude, which lets the wgmma kernels apply the group
     scale inside the unpacking (the same bits, fewer instructions; benchmarks/NOTES.md entry
-    87). Computed from ``scales`` whenever a ``MarlinWeight`` is made (``dataclasses.replace``
-    included; one reduction, a device sync for CuPy arrays). The arrays are not to be changed
-    in place afterwards (make a new ``MarlinWeight`` instead): a scale raised past the limit
-    would make those kernels return inf or NaN (s 2^20 overflows fp16).
-    ``matmul(..., scale_fma=False)`` never takes the fused form.
+    87). Computed from ``scales`` when a ``MarlinWeight`` is made and whenever ``scales`` is
+    assigned (one reduction, a device sync for CuPy arrays), so it always describes the
+    current scale array: a scale past the limit would make those kernels return inf or NaN
+    (s 2^20 overflows fp16). ``matmul(..., scale_fma=False)`` never takes the fused form.
     """
 
     qweight: object
@@ -173,10 +232,88 @@ class MarlinWeight:
     group_size: int
     k: int
     n: int
-    fma_scales: bool = field(init=False, default=False)
 
     def __post_init__(self):
-        self.fma_scales = scales_fit_fma(self.scales)
+        for name in ("bits", "group_size", "k", "n"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+        self._check()
+        object.__setattr__(self, "_fma_scales", scales_fit_fma(self.scales))
+
+    def __setattr__(self, name, value):
+        if name not in _MARLIN_FIELDS or "_fma_scales" not in self.__dict__:
+            object.__setattr__(self, name, value)         # the constructor's own assignments
+            return
+        if name in ("bits", "group_size", "k", "n"):
+            value = check_int(name, value)
+        before = getattr(self, name)
+        object.__setattr__(self, name, value)
+        try:
+            self._check()
+        except ValueError:
+            object.__setattr__(self, name, before)
+            raise
+        if name == "scales":
+            object.__setattr__(self, "_fma_scales", scales_fit_fma(value))
+
+    @property
+    def fma_scales(self) -> bool:
+        return self._fma_scales
+
+    def _check(self) -> None:
+        """Raise ValueError unless the fields describe one Marlin-layout weight."""
+        bits, group_size, k, n = self.bits, self.group_size, self.k, self.n
+        if bits not in SUPPORTED_BITS:
+            raise ValueError(f"bits={bits} is not supported; use one of {SUPPORTED_BITS}.")
+        if group_size not in SUPPORTED_GROUP_SIZES:
+            raise ValueError(f"group_size={group_size} is not supported; use one of "
+                             f"{SUPPORTED_GROUP_SIZES} (-1 means one scale per output channel).")
+        if k < 0 or n < 0 or k % 16 or n % 64:
+            raise ValueError(f"K={k} and N={n} must be non-negative, K a multiple of 16 and N "
+                             "a multiple of 64 (the Marlin layout's tiles).")
+        if group_size != -1 and k % group_size:
+            raise ValueError(f"K={k} is not a multiple of group_size={group_size}.")
+        g = num_groups(k, group_size)
+        words = n * bits // 32
+        host = isinstance(self.qweight, np.ndarray)
+        expected = {
+            "qweight": ("int32", (k // 16, n * 16 * bits // 32), f"[K/16, {bits // 2}N]",
+                        f" (K={k}, N={n}, bits={bits})"),
+            "scales": ("float16", (g, n), "[G, N]",
+                       " (one group spanning K)" if group_size == -1
+                       else f" (G = K / group_size = {k} / {group_size})"),
+            "zeros": ("int32", (g, words), "[G, N*bits/32]", f" (bits={bits})"),
+            "perm": ("int32", (k,), "[K]", ""),
+        }
+        for name, (dtype, shape, meaning, why) in expected.items():
+            a = getattr(self, name)
+            optional = " or None" if name in ("zeros", "perm") else ""
+            if a is None and optional:
+                continue
+            if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+                raise ValueError(f"{name} must be an array (NumPy, or CuPy on the device)"
+                                 f"{optional}; got {type(a).__name__}.")
+            if isinstance(a, np.ndarray) != host:
+                kinds = ("a device array", "a NumPy array")
+                raise ValueError(f"qweight is {kinds[host]} but {name} is {kinds[not host]}; "
+                                 "all arrays of a MarlinWeight must be on the host or all on the "
+                                 "device (use to_device() or to_host()).")
+            if a.dtype != np.dtype(dtype) or tuple(a.shape) != shape:
+                raise ValueError(f"{name} must be {dtype} of shape {meaning} = {list(shape)}{why}"
+                                 f"{optional}; got dtype={a.dtype}, shape={list(a.shape)}.")
+            if not host and not a.flags.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous on the device (the kernel reads "
+                                 "it as raw memory); pass cupy.ascontiguousarray(...).")
+        if self.perm is not None and k:
+            perm = np.asarray(self.perm if host else self.perm.get())       # [K]
+            lo, hi = int(perm.min()), int(perm.max())
+            if lo < 0 or hi >= k:
+                raise ValueError(f"perm must be a permutation of 0..{k - 1}; got values "
+                                 f"{lo}..{hi}.")
+            counts = np.bincount(perm, minlength=k)                          # [K]
+            if counts.max() > 1:
+                row = int(np.argmax(counts))
+                raise ValueError(f"perm must be a permutation of 0..{k - 1}; row {row} appears "
+                                 f"{int(counts[row])} times (so another row is missing).")
 
     @property
     def on_device(self) -> bool:

@@ -15,18 +15,24 @@ from safetensors.numpy import save_file
 from marlin_cupy.formats import (from_awq, from_gptq, load_awq_checkpoint,
                                  load_gptq_checkpoint, save_awq_checkpoint,
                                  save_gptq_checkpoint, to_awq, to_gptq)
+from marlin_cupy.quantize import quantize
 from marlin_cupy.weights import QuantizedWeight
 
 SETTINGS = settings(max_examples=30, deadline=None)
 FORMATS = ["gptq", "gptq_v2"]
+# The smallest zero point each format can write. v1 stores zero - 1 and other readers (vLLM's
+# gptq and exllama kernels) add the 1 back without wrapping, so a zero of 0 (stored 2**bits - 1)
+# would read as 2**bits there: to_gptq refuses it, and "gptq_v2" stores it as it is.
+LOWEST_ZERO = {"gptq": 1, "gptq_v2": 0}
 # AWQ's interleave, written out from the format's definition (not imported from the package):
 # nibble p (LSB first) of a word holds column 8c + AWQ_COLUMN_OF_NIBBLE[p].
 AWQ_COLUMN_OF_NIBBLE = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
 @st.composite
-def quantized(draw, bits=None, sym=None, act_order=None):
-    """A random QuantizedWeight: every code and zero value reachable, K up to 512, N up to 256."""
+def quantized(draw, bits=None, sym=None, act_order=None, lowest_zero=0):
+    """A random QuantizedWeight: every code and every zero value from ``lowest_zero`` up
+    reachable, K up to 512, N up to 256."""
     bits = draw(st.sampled_from([4, 8])) if bits is None else bits
     group_size = draw(st.sampled_from([32, 64, 128, -1]))
     step = 32 if group_size == -1 else group_size
@@ -37,7 +43,7 @@ def quantized(draw, bits=None, sym=None, act_order=None):
     q = rng.integers(0, 1 << bits, size=(k, n), dtype=np.uint8)
     scales = (rng.uniform(1e-3, 1.0, size=(g, n)) * rng.choice([-1, 1], size=(g, n)))
     sym = draw(st.booleans()) if sym is None else sym
-    zeros = None if sym else rng.integers(0, 1 << bits, size=(g, n), dtype=np.uint8)
+    zeros = None if sym else rng.integers(lowest_zero, 1 << bits, size=(g, n), dtype=np.uint8)
     use_act = draw(st.booleans()) if act_order is None else act_order
     g_idx = None
     if use_act and g > 1:
@@ -52,10 +58,11 @@ def as_imported(qw):
     return QuantizedWeight(qw.q, qw.scales, qw.zeros, qw.g_idx, qw.bits, -1)
 
 
-def gptq_reference(qweight, qzeros, scales, g_idx, bits, checkpoint_format):
+def gptq_reference(qweight, qzeros, scales, g_idx, bits, checkpoint_format, wrap=True):
     """W[k, n] from GPTQ tensors, element by element with explicit shifts (the format's text).
 
-    v1 stores zero - 1 modulo 2**bits, so the true zero is (stored + 1) mod 2**bits.
+    v1 stores zero - 1, so the true zero is stored + 1: modulo 2**bits as ``from_gptq`` reads
+    it (``wrap=True``), or plain stored + 1 as vLLM's gptq/exllama kernels read it.
     """
     pf, mask = 32 // bits, (1 << bits) - 1
     k, n = qweight.shape[0] * pf, qweight.shape[1]
@@ -65,7 +72,10 @@ def gptq_reference(qweight, qzeros, scales, g_idx, bits, checkpoint_format):
     g = g_idx.astype(np.int64)[kk]                                        # [K, N]
     code = (words[kk // pf, nn] >> (bits * (kk % pf))) & mask
     stored = (zwords[g, nn // pf] >> (bits * (nn % pf))) & mask
-    zero = (stored + 1) % (1 << bits) if checkpoint_format == "gptq" else stored
+    if checkpoint_format == "gptq":
+        zero = (stored + 1) % (1 << bits) if wrap else stored + 1
+    else:
+        zero = stored
     return (code - zero) * scales.astype(np.float64)[g, nn]
 
 
@@ -99,18 +109,22 @@ def random_gptq_tensors(rng, bits, k, n, g):
 # ---------------------------------------------------------------------------------------------
 
 class TestGptqRoundTrip:
+    @pytest.mark.parametrize("fmt", FORMATS)
     @SETTINGS
-    @given(quantized(), st.sampled_from(FORMATS), st.booleans())
-    def test_from_gptq_inverts_to_gptq(self, qw, fmt, pass_group_size):
+    @given(st.data(), st.booleans())
+    def test_from_gptq_inverts_to_gptq(self, fmt, data, pass_group_size):
+        qw = data.draw(quantized(lowest_zero=LOWEST_ZERO[fmt]))
         tensors = to_gptq(qw, fmt)
         group_size = qw.group_size if pass_group_size else None
         back = from_gptq(**tensors, bits=qw.bits, sym=qw.sym, group_size=group_size,
                          checkpoint_format=fmt)
         assert back.equals(as_imported(qw))
 
+    @pytest.mark.parametrize("fmt", FORMATS)
     @SETTINGS
-    @given(quantized(), st.sampled_from(FORMATS))
-    def test_tensor_shapes_and_dtypes(self, qw, fmt):
+    @given(st.data())
+    def test_tensor_shapes_and_dtypes(self, fmt, data):
+        qw = data.draw(quantized(lowest_zero=LOWEST_ZERO[fmt]))
         t = to_gptq(qw, fmt)
         pf = 32 // qw.bits
         assert set(t) == {"qweight", "qzeros", "scales", "g_idx"}
@@ -130,11 +144,15 @@ class TestGptqRoundTrip:
 
 
 class TestGptqLayout:
+    @pytest.mark.parametrize("fmt", FORMATS)
     @SETTINGS
-    @given(quantized(), st.sampled_from(FORMATS))
-    def test_export_matches_the_bit_level_formula(self, qw, fmt):
+    @given(st.data())
+    def test_export_matches_the_bit_level_formula(self, fmt, data):
+        # Read the way other tools read it: v1 zero = stored + 1, with no wrap-around.
+        qw = data.draw(quantized(lowest_zero=LOWEST_ZERO[fmt]))
         t = to_gptq(qw, fmt)
-        ref = gptq_reference(t["qweight"], t["qzeros"], t["scales"], t["g_idx"], qw.bits, fmt)
+        ref = gptq_reference(t["qweight"], t["qzeros"], t["scales"], t["g_idx"], qw.bits, fmt,
+                             wrap=False)
         assert np.array_equal(qw.dequantize().astype(np.float64), ref)
 
     @pytest.mark.parametrize("bits", [4, 8])
@@ -164,15 +182,12 @@ class TestGptqLayout:
                              None, bits, 32)
         assert np.all(to_gptq(qw, fmt)["qzeros"].view(np.uint32) == word)
 
-    def test_v1_zero_minus_one_wraps(self):
-        # True zero 0 is stored as 15 (0 - 1 mod 16) and read back as 0, not 16.
-        zeros = np.zeros((1, 8), np.uint8)
-        zeros[0, 3] = 5
-        qw = QuantizedWeight(np.zeros((32, 8), np.uint8), np.ones((1, 8), np.float16), zeros,
-                             None, 4, -1)
-        t = to_gptq(qw, "gptq")
-        assert int(t["qzeros"].view(np.uint32)[0, 0]) == 0xFFFF4FFF
-        assert from_gptq(**t, sym=False).equals(qw)
+    def test_v1_import_reads_stored_15_as_zero_0(self):
+        # The importer undoes "zero - 1" modulo 16: stored 15 is read as 0 (and 4 as 5).
+        qzeros = np.array([[0xFFFF4FFF]], dtype=np.uint32).view(np.int32)
+        qw = from_gptq(np.zeros((4, 8), np.int32), qzeros, np.ones((1, 8), np.float16),
+                       sym=False)
+        assert qw.zeros.tolist() == [[0, 0, 0, 5, 0, 0, 0, 0]]
 
     def test_uint32_words_are_the_same_bits(self):
         qw = QuantizedWeight(np.full((32, 8), 9, np.uint8), np.ones((1, 8), np.float16), None,
@@ -193,17 +208,64 @@ class TestGptqSymmetry:
         with pytest.raises(ValueError, match=r"group 1, column 6.*pass sym=False"):
             from_gptq(**to_gptq(qw, fmt), sym=True, checkpoint_format=fmt)
 
-    def test_v2_zeros_read_as_v1_are_refused(self):
+    @pytest.mark.parametrize("bits", [4, 8])
+    def test_v2_zeros_read_as_v1_point_at_gptq_v2(self, bits):
+        # Stored 2**(bits-1) everywhere is the true symmetric zero, i.e. a v2 checkpoint
+        # labelled v1 (GPTQModel can write those). sym=False would read zero 2**(bits-1) + 1
+        # and shift every weight by one step, so the advice is the format, not sym.
+        qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
+                             None, bits, 32)
+        with pytest.raises(ValueError, match=rf"stores {2 ** (bits - 1) - 1} everywhere.*"
+                                             r"checkpoint_format='gptq_v2'") as info:
+            from_gptq(**to_gptq(qw, "gptq_v2"), bits=bits, checkpoint_format="gptq")
+        assert "sym=False" not in str(info.value)
+
+    def test_v1_zeros_read_as_v2_point_at_gptq(self):
         qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
                              None, 4, 32)
-        with pytest.raises(ValueError, match="stores 7 everywhere"):
-            from_gptq(**to_gptq(qw, "gptq_v2"), checkpoint_format="gptq")
+        with pytest.raises(ValueError, match=r"checkpoint_format='gptq'") as info:
+            from_gptq(**to_gptq(qw, "gptq"), checkpoint_format="gptq_v2")
+        assert "sym=False" not in str(info.value)
 
     def test_symmetric_zeros_read_as_asymmetric_stay_explicit(self):
         qw = QuantizedWeight(np.zeros((64, 8), np.uint8), np.ones((2, 8), np.float16), None,
                              None, 4, 32)
         back = from_gptq(**to_gptq(qw), sym=False)
         assert back.zeros is not None and np.all(back.zeros == 8)
+
+
+class TestGptqV1ZeroPointZero:
+    """Format "gptq" (v1) stores zero - 1, and vLLM's gptq/exllama kernels read stored + 1 with
+    no wrap-around: a zero point of 0, stored as 2**bits - 1, would come back as 2**bits there,
+    every weight of the group off by 2**bits * scale. ``quantize(sym=False)`` gives zero 0 to
+    every group whose weights are all >= 0. Export refuses it and points at "gptq_v2"."""
+
+    @SETTINGS
+    @given(st.data())
+    def test_v1_export_refuses_zero_0_and_names_the_group(self, data):
+        qw = data.draw(quantized(sym=False, lowest_zero=1))
+        group = data.draw(st.integers(0, qw.num_groups - 1))
+        column = data.draw(st.integers(0, qw.n - 1))
+        zeros = qw.zeros.copy()
+        zeros[group, column] = 0
+        qw = QuantizedWeight(qw.q, qw.scales, zeros, qw.g_idx, qw.bits, qw.group_size)
+        with pytest.raises(ValueError, match=rf"group {group}, column {column}.*"
+                                             r"checkpoint_format='gptq_v2'"):
+            to_gptq(qw, "gptq")
+        back = from_gptq(**to_gptq(qw, "gptq_v2"), bits=qw.bits, sym=False,
+                         checkpoint_format="gptq_v2")
+        assert back.equals(as_imported(qw))
+
+    def test_quantized_non_negative_layer_saves_as_v2_only(self, tmp_path):
+        w = np.abs(np.random.default_rng(8).standard_normal((128, 64))).astype(np.float32)
+        qw = quantize(w, bits=4, group_size=128, sym=False)
+        assert np.all(qw.zeros == 0)
+        with pytest.raises(ValueError, match=r"layer 'up': .*64 zero point\(s\) of 0.*"
+                                             r"checkpoint_format='gptq_v2'"):
+            save_gptq_checkpoint(tmp_path, {"up": qw})
+        assert not (tmp_path / "model.safetensors").exists()
+        save_gptq_checkpoint(tmp_path, {"up": qw}, checkpoint_format="gptq_v2")
+        assert load_gptq_checkpoint(tmp_path)["up"].equals(as_imported(qw))
 
 
 class TestActOrderAndGroups:
@@ -217,7 +279,8 @@ class TestActOrderAndGroups:
 
     @pytest.mark.parametrize("k,g,group_size,expected", [
         (256, 8, None, 32), (256, 4, None, 64), (256, 2, 128, 128),
-        (256, 1, None, -1), (256, 1, -1, -1), (256, 1, 256, -1)])
+        (256, 1, None, -1), (256, 1, -1, -1), (256, 1, 256, -1),
+        (64, 1, 128, -1)])      # K < group_size: G = ceil(K / group_size) = 1 in GPTQ tools
     def test_group_size_inferred_or_checked(self, k, g, group_size, expected):
         t = random_gptq_tensors(np.random.default_rng(0), 4, k, 8, g)
         assert from_gptq(**t, sym=False, group_size=group_size).group_size == expected
@@ -226,8 +289,12 @@ class TestActOrderAndGroups:
         (256, 4, 32, "group_size=32 does not split K=256 into the G=4"),
         (256, 1, 128, "one group spans K=256"),
         (256, 2, -1, "group_size=-1 does not split"),
-        (96, 2, None, "group_size=48 .* is not supported"),
+        (48, 3, None, "group_size=16 .* is not supported"),
         (256, 3, None, "cannot be split into G=3"),
+        # AutoGPTQ rounds the group count up: G = ceil(1000 / 128) = 8, the last group partial.
+        (1000, 8, None, r"K=1000 is not a multiple of group_size=128.*G=8 = ceil\(1000 / 128\)"),
+        (1000, 8, 128, r"K=1000 is not a multiple of group_size=128.*G=8 = ceil\(1000 / 128\)"),
+        (96, 2, None, r"K=96 is not a multiple of group_size=64.*group_size=48"),
     ])
     def test_inconsistent_group_size(self, k, g, group_size, match):
         t = random_gptq_tensors(np.random.default_rng(0), 4, k, 8, g)
@@ -291,6 +358,15 @@ class TestGptqBadTensors:
     def test_not_a_quantized_weight(self):
         with pytest.raises(ValueError, match="needs a QuantizedWeight"):
             to_gptq({"q": 1})
+
+    @pytest.mark.parametrize("export", [to_gptq, to_awq])
+    def test_code_changed_in_place_past_the_bit_width_refused(self, export):
+        # 17 = 0x11 would spill into the neighbouring field of the packed word.
+        qw = QuantizedWeight(np.zeros((32, 8), np.uint8), np.ones((1, 8), np.float16),
+                             np.ones((1, 8), np.uint8), None, 4, -1)
+        qw.q[3, 5] = 17
+        with pytest.raises(ValueError, match=r"code 17 at row 3, column 5.*bits=4"):
+            export(qw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,13 +445,14 @@ class TestAwq:
 # Checkpoints
 # ---------------------------------------------------------------------------------------------
 
-def layers_for(bits=4, sym=True, act_order=False, group_size=64, seed=0):
+def layers_for(bits=4, sym=True, act_order=False, group_size=64, seed=0, lowest_zero=1):
+    """Two layers; asymmetric zeros from ``lowest_zero`` up (1: writable as v1 "gptq")."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, (k, n) in {"model.layers.0.mlp.up_proj": (128, 32),
                          "model.layers.0.self_attn.q_proj": (256, 16)}.items():
         g = 1 if group_size == -1 else k // group_size
-        zeros = None if sym else rng.integers(0, 1 << bits, (g, n), dtype=np.uint8)
+        zeros = None if sym else rng.integers(lowest_zero, 1 << bits, (g, n), dtype=np.uint8)
         g_idx = (rng.permutation(k) // group_size).astype(np.int32) if act_order else None
         out[name] = QuantizedWeight(rng.integers(0, 1 << bits, (k, n), dtype=np.uint8),
                                     rng.uniform(0.01, 1, (g, n)).astype(np.float16), zeros,
@@ -420,7 +497,7 @@ class TestGptqCheckpointRoundTrip:
     @pytest.mark.parametrize("fmt", FORMATS)
     @pytest.mark.parametrize("act_order", [False, True])
     def test_save_then_load(self, tmp_path, bits, sym, fmt, act_order):
-        layers = layers_for(bits, sym, act_order)
+        layers = layers_for(bits, sym, act_order, lowest_zero=LOWEST_ZERO[fmt])
         save_gptq_checkpoint(tmp_path, layers, checkpoint_format=fmt)
         assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
         cfg = json.loads((tmp_path / "quantize_config.json").read_text())
@@ -587,6 +664,75 @@ class TestSaveRefusals:
         with pytest.raises(ValueError, match=match):
             save_gptq_checkpoint(tmp_path, layers)
         assert not (tmp_path / "model.safetensors").exists()
+
+
+class TestMislabelledCheckpoint:
+    def test_v2_checkpoint_labelled_v1_points_at_the_config_key(self, tmp_path):
+        layers = layers_for(sym=True)
+        save_gptq_checkpoint(tmp_path, layers, checkpoint_format="gptq_v2")
+        edit_config(tmp_path, checkpoint_format="gptq")
+        with pytest.raises(ValueError, match=rf"{FIRST}\.qzeros .*stores 7 everywhere.*"
+                                             r'"checkpoint_format": "gptq_v2"') as info:
+            load_gptq_checkpoint(tmp_path)
+        assert "sym=False" not in str(info.value)
+        edit_config(tmp_path, checkpoint_format="gptq_v2")
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+
+def one_group_and_grouped(order=("small", "big")):
+    """A layer whose K fits one group of 128 beside one with two groups of 128."""
+    rng = np.random.default_rng(12)
+    made = {"small": quantize(rng.standard_normal((128, 64)), group_size=128),
+            "big": quantize(rng.standard_normal((256, 64)), group_size=128)}
+    return {name: made[name] for name in order}
+
+
+class TestOneGroupLayers:
+    """A layer with K <= group_size has a single group (GPTQ tools count ceil(K / group_size)
+    groups). It imports as group_size=-1, and beside grouped layers it matches any group size
+    >= its K, so it is written with theirs and a loaded checkpoint saves again."""
+
+    @pytest.mark.parametrize("order", [("small", "big"), ("big", "small")])
+    def test_loaded_checkpoint_saves_again(self, tmp_path, order):
+        save_gptq_checkpoint(tmp_path / "a", one_group_and_grouped(order))
+        loaded = load_gptq_checkpoint(tmp_path / "a")
+        assert (loaded["small"].group_size, loaded["big"].group_size) == (-1, 128)
+        save_gptq_checkpoint(tmp_path / "b", loaded)
+        assert json.loads((tmp_path / "b" / "quantize_config.json").read_text())["group_size"] == 128
+        assert_same_layers(load_gptq_checkpoint(tmp_path / "b"), loaded)
+
+    def test_per_channel_layer_narrower_than_the_group(self, tmp_path):
+        rng = np.random.default_rng(13)
+        layers = {"narrow": quantize(rng.standard_normal((64, 64)), group_size=-1),
+                  "big": quantize(rng.standard_normal((256, 64)), group_size=128)}
+        save_gptq_checkpoint(tmp_path, layers)
+        assert json.loads((tmp_path / "quantize_config.json").read_text())["group_size"] == 128
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_single_groups_only(self, tmp_path):
+        rng = np.random.default_rng(14)
+        layers = {"a": quantize(rng.standard_normal((128, 64)), group_size=-1),
+                  "b": quantize(rng.standard_normal((128, 64)), group_size=128)}
+        save_gptq_checkpoint(tmp_path, layers)
+        loaded = load_gptq_checkpoint(tmp_path)
+        assert all(loaded[name].equals(as_imported(layers[name])) for name in layers)
+
+    def test_single_group_wider_than_the_group_size_refused(self, tmp_path):
+        rng = np.random.default_rng(15)
+        layers = {"wide": quantize(rng.standard_normal((256, 64)), group_size=-1),
+                  "big": quantize(rng.standard_normal((256, 64)), group_size=128)}
+        with pytest.raises(ValueError, match=r"layer 'wide' has one group spanning K=256.*"
+                                             r"group_size=128"):
+            save_gptq_checkpoint(tmp_path, layers)
+
+    def test_awq_loaded_checkpoint_saves_again(self, tmp_path):
+        rng = np.random.default_rng(16)
+        layers = {"small": quantize(rng.standard_normal((128, 64)), group_size=128, sym=False),
+                  "big": quantize(rng.standard_normal((256, 64)), group_size=128, sym=False)}
+        save_awq_checkpoint(tmp_path / "a", layers)
+        loaded = load_awq_checkpoint(tmp_path / "a")
+        save_awq_checkpoint(tmp_path / "b", loaded)
+        assert_same_layers(load_awq_checkpoint(tmp_path / "b"), loaded)
 
 
 class TestAwqCheckpoint:

@@ -154,6 +154,41 @@ class TestBadInputs:
         with pytest.raises(ValueError, match="exactly group_size=64"):
             layout.pack(qw)
 
+    def test_act_order_group_without_rows_reported(self):
+        g_idx = (np.arange(256) // 64).astype(np.int32)
+        g_idx[g_idx == 3] = 0            # group 3 gets no rows, group 0 gets 128
+        qw = QuantizedWeight(np.zeros((256, 64), np.uint8), np.ones((4, 64), np.float16), None,
+                             g_idx, 4, 64)
+        with pytest.raises(ValueError, match=r"range 0\.\.128"):
+            layout.pack(qw)
+
+    @SETTINGS
+    @given(quantized(), st.data())
+    def test_code_changed_in_place_past_the_bit_width_refused(self, qw, data):
+        # pack packs 32 // bits codes per int32: a code of 2**bits or more would spill into
+        # its neighbour's bits, so pack checks the codes again rather than trust construction.
+        assume(qw.bits == 4)          # every uint8 is an 8-bit code
+        row = data.draw(st.integers(0, qw.k - 1))
+        col = data.draw(st.integers(0, qw.n - 1))
+        code = data.draw(st.integers(1 << qw.bits, 255))
+        qw.q[row, col] = code
+        with pytest.raises(ValueError, match=rf"code {code} at row {row}, column {col}"):
+            layout.pack(qw)
+
+    def test_codes_replaced_by_another_dtype_refused(self):
+        qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.ones((1, 64), np.float16), None,
+                             None, 4, -1)
+        qw.q = qw.q.astype(np.int64)
+        with pytest.raises(ValueError, match="q must be a uint8 array.*dtype=int64"):
+            layout.pack(qw)
+
+    def test_scale_changed_in_place_to_nan_refused(self):
+        qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.ones((1, 64), np.float16), None,
+                             None, 4, -1)
+        qw.scales[0, 9] = np.nan
+        with pytest.raises(ValueError, match=r"scales\[0, 9\] = nan"):
+            layout.pack(qw)
+
 
 def _pack_codes_by_gather(q, bits):
     """The format written the slow, literal way: tiles, the 1024-entry permutation, LSB packing."""
@@ -210,3 +245,19 @@ class TestFmaScales:
         with pytest.raises(TypeError):
             type(mw)(mw.qweight, mw.scales, mw.zeros, mw.perm, mw.bits, mw.group_size, mw.k,
                      mw.n, True)     # not an argument: always computed from the scales
+
+    @pytest.mark.parametrize("first,then", [(0.01, 0.5), (0.5, 0.01)])
+    def test_an_assigned_scale_array_is_checked_again(self, first, then):
+        qw = QuantizedWeight(np.zeros((128, 64), np.uint8), np.full((1, 64), first, np.float16),
+                             None, None, 4, 128)
+        mw = layout.pack(qw)
+        assert mw.fma_scales is (first < 2.0 ** -4)
+        mw.scales = np.full((1, 64), then, np.float16)
+        assert mw.fma_scales is (then < 2.0 ** -4)
+
+    def test_not_writable(self):
+        mw = layout.pack(QuantizedWeight(np.zeros((128, 64), np.uint8),
+                                         np.full((1, 64), 0.5, np.float16), None, None, 4, 128))
+        with pytest.raises(AttributeError):
+            mw.fma_scales = True
+        assert mw.fma_scales is False

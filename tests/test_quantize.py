@@ -188,10 +188,47 @@ class TestDegenerateGroups:
         assert np.all(qw.zeros == (0 if sign > 0 else 15))
         assert np.all(abs_error(w, qw) <= element_scales(qw) / 2 * (1 + REL_SLACK))
 
-    def test_weights_at_the_float16_limit_still_quantize(self):
-        w = np.full((32, 8), 65504.0 * 7, dtype=np.float64)
-        qw = quantize(w, bits=4, group_size=32, sym=True)
-        assert np.all(qw.scales == np.float16(65504.0))
+    def test_largest_weights_whose_dequantized_values_fit_float16(self):
+        # 65464 = 7 * 9352 (a float16): dequantizes exactly. 65465 needs the next scale up,
+        # 9360, and 7 * 9360 = 65520 rounds to inf in float16.
+        qw = quantize(np.full((32, 8), 65464.0), bits=4, group_size=32, sym=True)
+        assert np.all(qw.scales == np.float16(9352.0))
+        assert np.all(qw.dequantize() == 65464.0)
+        with pytest.raises(ValueError, match=r"dequantized value 65520 .* float16 maximum 65504"):
+            quantize(np.full((32, 8), 65465.0), bits=4, group_size=32, sym=True)
+
+
+def big_weights():
+    """(w, bits, group_size, sym, clip) with max|w| from 1e4 to 3e5: near and past the float16
+    range, where a scale may fit float16 but (q - zero) * scale not."""
+    return st.tuples(st.sampled_from([4, 8]), st.sampled_from([32, -1]), st.booleans(),
+                     st.booleans(), st.floats(4.0, 5.5), st.integers(0, 2**32 - 1))
+
+
+class TestFloat16Range:
+    """The kernels dequantize to float16: every (q - zero) * scale must be finite there."""
+
+    @SETTINGS
+    @given(big_weights())
+    def test_dequantized_values_fit_float16_or_quantize_refuses(self, case):
+        bits, group_size, sym, clip, exponent, seed = case
+        rng = np.random.default_rng(seed)
+        w = rng.uniform(-1, 1, size=(64, 16)) * 10.0 ** exponent
+        try:
+            qw = quantize(w, bits, group_size, sym, clip_search=clip)
+        except ValueError as e:
+            assert "float16 maximum 65504" in str(e)
+            return
+        deq = qw.dequantize()
+        assert np.all(np.abs(deq) <= 65504), report(np.abs(deq), w)
+        assert np.max(np.abs(w)) <= 65504
+
+    @pytest.mark.parametrize("sym", [True, False])
+    def test_scale_fits_but_dequantized_value_does_not(self, sym):
+        # w = 1e5: the scale (1e5 / 7 or 1e5 / 15) is a float16, but the largest weight is not.
+        with pytest.raises(ValueError, match=r"group 0 of column 0 has max\|w\| = 100000, "
+                                             r"beyond the float16 maximum 65504"):
+            quantize(np.full((128, 8), 1e5), sym=sym)
 
 
 class TestClipSearch:
@@ -250,6 +287,15 @@ class TestBadInputs:
         (np.ones((128, 8), dtype=np.float32), {"group_size": 16}, "group_size=16"),
         (np.ones((128, 8), dtype=np.float32), {"group_size": 0}, "group_size=0"),
         (np.ones((128, 8), dtype=np.float32), {"sym": "yes"}, "must be bools"),
+        (np.ones((128, 8), dtype=np.float32), {"group_size": 128.0},
+         r"group_size must be an integer .*got 128\.0 \(float\)"),
+        (np.ones((128, 8), dtype=np.float32), {"group_size": np.float32(64)},
+         "group_size must be an integer"),
+        (np.ones((128, 8), dtype=np.float32), {"bits": 4.0},
+         r"bits must be an integer .*got 4\.0 \(float\)"),
+        (np.ones((128, 8), dtype=np.float32), {"bits": True}, "bits must be an integer"),
+        (np.ones((128, 8), dtype=np.float32), {"group_size": True},
+         "group_size must be an integer"),
         (np.full((128, 8), 1e6), {}, "float16 maximum"),
         (np.full((128, 8), -1e6), {"sym": False}, "float16 maximum"),
         (np.full((128, 8), 1e300), {"clip_search": True}, "float16 maximum"),
@@ -270,6 +316,12 @@ class TestBadInputs:
         w[70, 5] = 1e6
         with pytest.raises(ValueError, match="group 1 of column 5"):
             quantize(w, group_size=64)
+
+    def test_numpy_integers_accepted_as_python_ints(self):
+        w = np.random.default_rng(2).standard_normal((128, 8))
+        qw = quantize(w, bits=np.int64(4), group_size=np.int32(64))
+        assert type(qw.bits) is int and type(qw.group_size) is int
+        assert qw.equals(quantize(w, bits=4, group_size=64))
 
     def test_input_is_not_modified(self):
         w = np.random.default_rng(1).standard_normal((64, 8)).astype(np.float32)
