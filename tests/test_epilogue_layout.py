@@ -10,6 +10,7 @@ The GPU tests compare the build's output with the direct stores bitwise
 (tests/test_kernel_gpu.py::test_staged_epilogue_matches).
 """
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,22 @@ def test_write_strip_steps_address_the_same_chunks(cpr):
             assert (32 // cpr * it + ln // cpr, ln % cpr) == (row, q)
 
 
+def _kernel_source() -> str:
+    """cuda/marlin.cuh with its whitespace runs made single spaces."""
+    src = (Path(__file__).resolve().parent.parent / "cuda" / "marlin.cuh").read_text()
+    return " ".join(src.split())
+
+
+def test_the_model_restates_the_kernels_expressions():
+    """epi_chunk and write_strip's read here are those of cuda/marlin.cuh, as written there: a
+    change of the kernel's must be made in the model too (or these tests check an old layout)."""
+    src = _kernel_source()
+    assert ("static __device__ __forceinline__ int epi_chunk(int r, int q) { "
+            "const int l = r * EPI_CPR + q; return (l & ~7) | ((l ^ (l >> 3)) & 7); }") in src
+    assert "const int r = ln / EPI_CPR, pos = epi_chunk(0, ln);" in src
+    assert "strip[32 * it + (pos ^ (4 * (it % 2)))]" in src
+
+
 def test_epi_chunk_is_a_bijection_within_each_line():
     for cpr in (2, 4, 8):
         chunks = [epi_chunk(r, q, cpr) for r in range(128) for q in range(cpr)]
@@ -124,8 +141,12 @@ def test_shared_sum_units_cover_the_tile_once(sw, n_warps, warp_cols, warps, wai
                     seen[pos] = loaded[pos]
                 assert len(loaded) == 16 * warp_cols
                 assert all(16 * p <= r < 16 * p + 16 for r, _ in loaded)
-                assert 16 * cpr % 32 == 0      # the read-back: the same passes for every lane
     assert len(seen) == 8 * sw * n_warps * warp_cols
+    # the read-back (write_strip<16>): step it of lane ln reads chunk l = 32 it + ln of the
+    # 16-row strip, where stage_pair put it; whole warps of chunks, so every chunk once
+    read = [32 * it + (epi_chunk(0, ln, cpr) ^ (4 * (it % 2)))
+            for it in range(16 * cpr // 32) for ln in range(32)]
+    assert read == [epi_chunk(lin // cpr, lin % cpr, cpr) for lin in range(16 * cpr)]
 
 
 @pytest.mark.parametrize("name, staged_sites", [

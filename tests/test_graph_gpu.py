@@ -170,13 +170,23 @@ def test_replays_beside_eager_calls_on_the_capture_stream():
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 @pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
-def test_torch_graph_of_marlin_layers(pdl, warm):
+def test_torch_graph_of_marlin_layers(monkeypatch, pdl, warm):
     """``torch.cuda.graph`` (global capture mode) around a model of ``MarlinLinear`` layers
     with biases and dropped intermediates; cold: no call before the capture (torch's warm-up
     skipped, so compiling and allocating happen in the capture). Replays equal eager calls and
-    leave memory allocated after the capture alone."""
+    leave memory allocated after the capture alone. The layers' ``pdl`` reaches the captured
+    launches (``pdl.launch``, which a capture's checked path takes for ``pdl=True`` only): the
+    outputs alone would be the same bits without it."""
+    from marlin_cupy import pdl as pdl_module
     torch = pytest.importorskip("torch")
     _need_pdl(pdl)
+    pdl_launches = []
+    real_launch = pdl_module.launch
+
+    def counting(*args, **kwargs):
+        pdl_launches.append(args[6] if len(args) > 6 else kwargs.get("pdl", True))
+        return real_launch(*args, **kwargs)
+    monkeypatch.setattr(pdl_module, "launch", counting)
     rng = np.random.default_rng(41 + warm + 2 * pdl)
     layers = []
     for (k, n, zp, act), mw in zip(LAYERS, _layers(42)):
@@ -198,9 +208,11 @@ def test_torch_graph_of_marlin_layers(pdl, warm):
                 model(x)
         torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
+    pdl_launches.clear()
     with torch.cuda.graph(g):
         y = model(x)
     torch.cuda.synchronize()
+    assert pdl_launches == ([True] * len(layers) if pdl else [])
     sizes = [m * n for _, n, _, _ in LAYERS] * 2
     guards_cp = _nan_blocks(sizes)
     guards_t = [torch.full((sz,), float("nan"), dtype=torch.float16, device="cuda")

@@ -12,6 +12,8 @@ pending, and that every group lands, once, in its own column with its own scales
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +77,16 @@ def test_positional_rule_folds_every_group_once_into_its_column(k_tiles, columns
         assert all(c == col for c, _ in seen[col])
         # every group of the column exactly once, across the CTAs that share it
         assert got == list(range(groups_per_column))
+
+
+def test_the_model_restates_the_kernels_conditions():
+    """fold_condition and walk_stripe's column end are run_wgmma's, as written in
+    cuda/marlin.cuh: a change of the kernel's must be made in the model too (or these tests
+    check an old rule)."""
+    src = (Path(__file__).resolve().parent.parent / "cuda" / "marlin.cuh").read_text()
+    src = " ".join(src.split())
+    assert "(sub > 0 || (unit > unit_start && compute.kt != 0))" in src
+    assert "const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;" in src
 
 
 def test_model_catches_a_rule_without_the_column_start():

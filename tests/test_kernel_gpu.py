@@ -106,6 +106,20 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
             judge(cp.asnumpy(x), qw, got[0])
 
 
+def _launch_bound(cfg) -> int:
+    """Registers per thread that ``__launch_bounds__(launch_threads, blocks_per_sm)`` allows:
+    the SM's 65536 shared by the CTAs, in steps of 8 per thread, at most 255."""
+    return min(65536 // cfg.blocks_per_sm // cfg.launch_threads // 8 * 8, 255)
+
+
+#: The producer examples whose launch bounds say something: those that hand registers over
+#: (``producer_registers``) and those held below the hardware's 255. Left out: the ones with
+#: 256 threads at launch and one CTA per SM (``producer_registers`` None, bound 255, any
+#: compiled count fits).
+BOUNDED_PRODUCERS = tuple(c for c in PRODUCER_EXAMPLES
+                          if c.producer_registers is not None or _launch_bound(c) < 255)
+
+
 def _skip_unless_runs(cfg, has_zp=False):
     """Skip, saying why, when this device cannot run the instance."""
     from marlin_cupy.ops import device_facts
@@ -417,18 +431,21 @@ class TestProducer:
             assert cp.array_equal(first.view(cp.uint16),
                                   mc.matmul(x, mw, config=cfg).view(cp.uint16))
 
-    def test_register_handover_matches_launch_bounds(self):
-        """The kernel is compiled to the register count its setmaxnreg arithmetic assumes."""
+    @pytest.mark.parametrize("cfg", BOUNDED_PRODUCERS, ids=lambda c: c.name)
+    def test_register_handover_matches_launch_bounds(self, cfg):
+        """The kernel is compiled to the register count its setmaxnreg arithmetic assumes
+        (``producer_registers``: the launch count, what ``__launch_bounds__(launch_threads,
+        blocks_per_sm)`` allows); without a handover (mma.sync producers), to at most that
+        count, so that ``blocks_per_sm`` CTAs of ``launch_threads`` fit an SM's registers."""
         from marlin_cupy.ops import kernel_resources
-        for cfg in PRODUCER_EXAMPLES:
-            _skip_unless_runs(cfg, True)
-            regs = cfg.producer_registers
-            for zp in (False, True):
-                got = kernel_resources(cfg, zp)["registers"]
-                if regs is None:
-                    assert got <= 255
-                else:
-                    assert -(-got // 8) * 8 == regs[0], (cfg.name, zp, got)
+        _skip_unless_runs(cfg, True)
+        regs = cfg.producer_registers
+        for zp in (False, True):
+            got = kernel_resources(cfg, zp)["registers"]
+            if regs is None:
+                assert got <= _launch_bound(cfg), (cfg.name, zp, got)
+            else:
+                assert -(-got // 8) * 8 == regs[0], (cfg.name, zp, got)
 
 
 class TestDynamicHandOut:
@@ -548,16 +565,35 @@ class TestDeterminismAndWorkspace:
             judge(cp.asnumpy(x), qw, mc.matmul(x, mw, config=cfg))
         assert ops.plan(9, 512, 1024, 128, config=cfg).kernel is shipped
 
-    def test_stream_argument(self):
+    def test_stream_argument(self, monkeypatch):
+        """``stream=`` is the launch's stream: ``x`` is written on ``s`` behind a 20 ms spin, so
+        a kernel launched anywhere else (CuPy's current stream, which does not wait for the
+        non-blocking ``s``) would read it unwritten; and the locks and scratch are ``s``'s
+        (``ops.workspace``)."""
+        from marlin_cupy import jit, ops
         rng = np.random.default_rng(13)
         qw = make_weight(rng, 512, 256, 128)
         mw = mc.pack(qw).to_device()
         x_h = rng.standard_normal((8, 512)).astype(np.float16)
+        x_src = cp.asarray(x_h)
+        mc.matmul(x_src, mw)         # compiled and planned: the call below launches at once
+        spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
+        cp.cuda.get_current_stream().synchronize()
+        used = []
+        real_workspace = ops.workspace
+
+        def recording(stream=None, captured=None):
+            used.append(stream.ptr)
+            return real_workspace(stream, captured)
+        monkeypatch.setattr(ops, "workspace", recording)
         s = cp.cuda.Stream(non_blocking=True)
         with s:
-            x = cp.asarray(x_h)
+            x = cp.zeros_like(x_src)
+            spin((1,), (1,), (np.uint64(20_000_000),))
+            x[...] = x_src
         y = mc.matmul(x, mw, stream=s)
         s.synchronize()
+        assert used == [s.ptr]
         judge(x_h, qw, y)
 
 
@@ -654,9 +690,12 @@ def test_narrow_layers_dispatch_within_the_bound(heuristic_only):
 
 class TestInterop:
     @pytest.mark.parametrize("given", [False, True], ids=["torch_stream", "given_stream"])
-    def test_torch_in_torch_out(self, given):
+    def test_torch_in_torch_out(self, monkeypatch, given):
         """A torch input gives a torch output; with ``stream=`` another stream it is allocated
-        for that stream (torch's allocator) and right once that stream is done."""
+        for that stream (torch's allocator) and right once that stream is done. The launch
+        takes the locks and scratch of its stream (``ops.workspace``): ``s`` if given, else
+        torch's current stream."""
+        from marlin_cupy import ops
         torch = pytest.importorskip("torch")
         rng = np.random.default_rng(14)
         qw = make_weight(rng, 512, 256, 128)
@@ -665,7 +704,15 @@ class TestInterop:
         xt = torch.from_numpy(x_h).cuda()
         torch.cuda.synchronize()
         s = cp.cuda.Stream(non_blocking=True) if given else None
+        used = []
+        real_workspace = ops.workspace
+
+        def recording(stream=None, captured=None):
+            used.append(stream.ptr)
+            return real_workspace(stream, captured)
+        monkeypatch.setattr(ops, "workspace", recording)
         yt = mc.matmul(xt, mw, stream=s)
+        assert used == [s.ptr if given else torch.cuda.current_stream().cuda_stream]
         assert isinstance(yt, torch.Tensor) and yt.is_cuda and yt.dtype == torch.float16
         (s.synchronize if given else torch.cuda.synchronize)()
         judge(x_h, qw, cp.from_dlpack(yt))

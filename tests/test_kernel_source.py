@@ -150,12 +150,62 @@ def _pdl_cases():
     return sorted(names)
 
 
+_STATE_SPACES = {"global", "shared", "shared::cta", "shared::cluster", "param", "local", "const"}
+_DEPENDENT_PARAMS = (0, 4, 5, 6)     # the kernel's A, C, scratch and locks (kernels._wrapper)
+
+
+def _memory_ops_before_the_wait(ptx: str):
+    """The PTX's instructions before ``griddepcontrol.wait`` (in text order) that may access
+    global memory (global or generic state space; ``ld.param`` and shared memory left out), as
+    ``(opcode, address derived from A, C, the scratch or the locks)``, and which of those four
+    pointers are loaded (``ld.param``) in that code. "Derived" is followed through every
+    instruction of that code, in any order (an over-approximation: no branch or loop can hide
+    a use)."""
+    insts = []
+    for line in ptx[:ptx.index("griddepcontrol.wait")].splitlines():
+        line = re.sub(r"//.*", "", line).strip().rstrip(";")
+        line = re.sub(r"^@!?%\w+\s+", "", line)                   # the guard predicate
+        if not line or line.startswith((".", "{", "}")) or line.endswith(":"):
+            continue                                             # directives, braces, labels
+        op, args = (re.split(r"\s+", line, maxsplit=1) + [""])[:2]
+        insts.append((op, args))
+    seeds = {}                                                   # register -> parameter
+    for op, args in insts:
+        m = re.fullmatch(r"(%\w+),\s*\[\w+_param_(\d+)\]", args)
+        if op.startswith("ld.param") and m and int(m.group(2)) in _DEPENDENT_PARAMS:
+            seeds[m.group(1)] = int(m.group(2))
+    derived, grown = set(seeds), True
+    while grown:
+        grown = False
+        for op, args in insts:
+            if op.startswith(("st.", "cp.", "red.", "bra", "prefetch", "mbarrier", "bar")):
+                continue                                         # no register written
+            dst, _, srcs = args.partition(",") if not args.startswith("{") else \
+                args.partition("},")
+            if set(re.findall(r"%\w+", srcs)) & derived:
+                new = set(re.findall(r"%\w+", dst)) - derived
+                grown = grown or bool(new)
+                derived |= new
+    accesses = []
+    for op, args in insts:
+        spaces = set(op.split(".")) & _STATE_SPACES
+        if "[" not in args or op.startswith("ld.param") or (spaces and "global" not in spaces):
+            continue
+        addresses = set(re.findall(r"%\w+", " ".join(re.findall(r"\[[^\]]*\]", args))))
+        accesses.append((op, bool(addresses & derived)))
+    return accesses, set(seeds.values())
+
+
 @pytest.mark.parametrize("name", _pdl_cases())
 def test_every_pdl_build_waits_for_the_grid_before(monkeypatch, name):
     """The pdl=True build (ops.PDL_PREFIX) lets the next grid start early
     (launch_dependents), so it must itself wait (griddepcontrol.wait) before it reads A or
     touches C, the locks or the scratch. The producer builds once had no wait at all
-    (NOTES.md entry 56): a dependent chain could read its input before it was written."""
+    (NOTES.md entry 56): a dependent chain could read its input before it was written.
+    Checked in the PTX, in text order: one wait; before it, no access of global memory through
+    an address derived from A, C, the scratch or the locks, and none at all but copies
+    (cp.async: the first unit's weights, scales and zero points, cuda/marlin.cuh MARLIN_PDL 4);
+    the producer builds, whose producer waits first, none."""
     from marlin_cupy import ops
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     cfg = KernelConfig.from_name(name)
@@ -163,6 +213,13 @@ def test_every_pdl_build_waits_for_the_grid_before(monkeypatch, name):
                           "compute_90" + cfg.arch_suffix)
     assert ptx.count("griddepcontrol.launch_dependents") == 1
     assert ptx.count("griddepcontrol.wait") == 1
+    accesses, loaded = _memory_ops_before_the_wait(ptx)
+    # (a pointer loaded after the wait has no use before it; A's is loaded first thing)
+    assert 0 in loaded, "A's ld.param not found before the wait: the check would see nothing"
+    assert [op for op, dependent in accesses if dependent] == []
+    assert [op for op, _ in accesses if not op.startswith("cp.async.")] == []
+    if cfg.producer:
+        assert accesses == []
 
 
 @pytest.mark.parametrize("name", ["t256_m1_n16_k8_s3_g8_fp32par_sw1_b2",
@@ -598,6 +655,6 @@ def test_a_builds_switches_come_from_the_environment_then_its_prefix(monkeypatch
     assert ops._switch("#define MARLIN_PROBE_X 5\n", "MARLIN_PROBE") == 0
     monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_WS_TMA_A=1,MARLIN_PROBE=4")
     assert ops._switch("", "MARLIN_WS_TMA_A") == 1
-    assert ops._switch("", "MARLIN_PROBE") in ops.STAMP_PROBES
+    assert ops._switch("", "MARLIN_PROBE") == 4
     assert ops._switch("#define MARLIN_WS_TMA_A 0\n", "MARLIN_WS_TMA_A") == 1
     assert ops._switch("#define MARLIN_COOP_HALF 1\n", "MARLIN_COOP_HALF") == 1

@@ -73,8 +73,9 @@ def test_padded_launch_keeps_blocks_per_sm(name):
     padded = ops.plan(m, n, k, group, config=cfg, pdl=True)
     assert padded.smem >= plain.smem and padded.grid == plain.grid
     per_sm = min(cfg.blocks_per_sm, ops.resident_ctas(cfg, pdl=True))
+    assert padded.threads == cfg.launch_threads       # the producer warpgroup's 128 included
     assert driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        padded.kernel.kernel.ptr, cfg.threads, padded.smem) == per_sm
+        padded.kernel.kernel.ptr, cfg.launch_threads, padded.smem) == per_sm
 
 
 def _check_chain(x0, mws, launches, config=None):
@@ -143,12 +144,28 @@ def test_writer_of_x_just_before():
         assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))
 
 
-def test_marlin_linear_passes_pdl():
+def test_marlin_linear_passes_pdl(monkeypatch):
+    """A ``pdl=True`` layer launches through programmatic dependent launch (``pdl.launch``, the
+    checked path's), a plain one does not; the outputs are the same bits (which they would be
+    without PDL too, hence the count)."""
+    from marlin_cupy import ops, pdl
     _need_pdl()
     rng = np.random.default_rng(8)
     w = rng.standard_normal((1024, 512)).astype(np.float32) * 0.02
     plain = mc.MarlinLinear.from_float(w)
     lin = mc.MarlinLinear.from_float(w, pdl=True)
     assert lin.pdl
+    launches = []
+    real_launch = pdl.launch
+
+    def counting(*args, **kwargs):
+        launches.append(args[6] if len(args) > 6 else kwargs.get("pdl", True))
+        return real_launch(*args, **kwargs)
+    monkeypatch.setattr(ops, "FAST_PATH", False)      # every call through the checked path
+    monkeypatch.setattr(pdl, "launch", counting)
     x = cp.asarray(rng.standard_normal((5, 1024)).astype(np.float16))
-    assert cp.array_equal(lin(x).view(cp.uint16), plain(x).view(cp.uint16))
+    want = plain(x)
+    assert launches == []
+    got = lin(x)
+    assert launches == [True]
+    assert cp.array_equal(got.view(cp.uint16), want.view(cp.uint16))

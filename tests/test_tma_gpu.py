@@ -20,9 +20,17 @@ CONFIGS = ["t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws", "t256_m8_n16_k4_s6_g8_f
            "t128_m8_n8_k4_s4_g8_fp32par_sw16_wg_ws_b2", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"]
 
 
+def _need_sm90():
+    from marlin_cupy.ops import device_facts
+    cc = device_facts()["cc"]
+    if cc != "90":
+        pytest.skip(f"the wgmma instances need sm_90a; this device is sm_{cc}")
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize("zp,act", [(False, False), (True, False), (False, True)])
 def test_the_tensor_copied_activations_give_the_shipped_bits(name, zp, act):
+    _need_sm90()
     cfg = KernelConfig.from_name(name)
     k, n = 2048, 4096
     mw = _weight(k, n, zp=zp, act=act)
@@ -42,6 +50,7 @@ def test_the_tensor_copied_activations_give_the_shipped_bits(name, zp, act):
 
 
 def test_the_map_follows_x_between_calls_and_no_call_takes_the_fast_path(monkeypatch):
+    _need_sm90()
     cfg = KernelConfig.from_name(CONFIGS[0])
     k, n = 1024, 2048
     mw = _weight(k, n)
@@ -66,6 +75,7 @@ def test_the_map_follows_x_between_calls_and_no_call_takes_the_fast_path(monkeyp
 
 
 def test_a_tma_build_refuses_graph_capture():
+    _need_sm90()
     cfg = KernelConfig.from_name(CONFIGS[0])
     k, n = 1024, 2048
     mw = _weight(k, n)
