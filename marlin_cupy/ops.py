@@ -565,8 +565,8 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     ``x`` may be a CuPy array or any GPU tensor exposing ``__dlpack__`` (torch, zero-copy); a
     torch input gives a torch output (allocated by torch) and runs on torch's current stream
     unless ``stream`` is given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if
-    given. Any M >= 0 runs in one launch (M beyond the config's tile as ceil(M / tile_m) slabs of its
-    16 to 128 rows inside the kernel).
+    given. Any M >= 0 runs in one launch (M beyond the config's tile as ceil(M / tile_m)
+    slabs of its 16 to 128 rows inside the kernel).
     ``max_ctas`` caps the persistent grid (default: one CTA per SM); tests use it to move
     stripe boundaries.
 
