@@ -21,9 +21,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: Provider names a bench row may use (DESIGN.md s.8).
-PROVIDERS = ("marlin", "marlin-pdl", "marlin-sparse24", "cublas-fp16", "naive-dequant-gemm", "naive-fused",
-             "torch-fp16", "torch-int4")
+#: Provider names a bench row may use (DESIGN.md s.8, and ``marlin-pdl`` and ``marlin-config``,
+#: an explicit ``--config``'s rows; records before it named those ``marlin``, label
+#: ``marlin[NAME]``).
+PROVIDERS = ("marlin", "marlin-pdl", "marlin-config", "marlin-sparse24", "cublas-fp16",
+             "naive-dequant-gemm", "naive-fused", "torch-fp16", "torch-int4")
 #: Shape-set names a bench row may use (DESIGN.md s.7).
 SETS = ("llama2-7b", "llama2-13b", "llama2-70b", "ideal", "custom")
 #: Record kinds that ``validate_record`` knows.

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from .config import (KernelConfig, MAX_M_BLOCKS, WGMMA_SWAPS, group_blocks_for, m_bucket,
@@ -145,14 +146,112 @@ def table_entries(path: Path) -> dict:
                          f"python -m marlin_cupy.tune.") from None
 
 
-@functools.lru_cache(maxsize=None)
+def _current_defines() -> dict:
+    """``$MARLIN_CUPY_DEFINES`` of this process as a tuned table stores it (JSON keys)."""
+    from .kernels import defines
+    return json.loads(json.dumps(defines()))
+
+
+def _table_refusal(table: dict, defines: dict):
+    """Why the dispatch of a build with ``defines`` (``_current_defines``) must not read a tuned
+    table (dict), or None: a table tuned on an experimental build (its ``kernel_defines``,
+    ``$MARLIN_CUPY_DEFINES`` when it was tuned) is only read by a build with the same
+    switches; a table of the shipped build (none) by any."""
+    tuned_under = table.get("kernel_defines") or {}
+    if tuned_under and tuned_under != defines:
+        return (f"it was tuned under MARLIN_CUPY_DEFINES {tuned_under}, and this build has "
+                f"{defines or 'none (the shipped build)'}")
+    return None
+
+
+def _unusable_entries(entries: dict) -> dict:
+    """``{key: why}`` of the ``entries`` ({key: config name}) whose name does not parse or
+    names an invalid config (a cache written by an older version of the package)."""
+    out = {}
+    for key, name in entries.items():
+        try:
+            problems = KernelConfig.from_name(name).problems()
+        except (ValueError, TypeError) as err:
+            problems = [str(err)]
+        if problems:
+            out[key] = "; ".join(problems)
+    return out
+
+
+def _usable_entries(path: Path, entries: dict) -> dict:
+    """``entries`` but the ``_unusable_entries``, each named in one warning, so that a stale
+    cache costs its stale entries (the heuristic serves them), not the dispatch."""
+    bad = _unusable_entries(entries)
+    for key, why in bad.items():
+        warnings.warn(f"tuned table {path}: entry {key} names config {entries[key]!r}, which "
+                      f"this version cannot run ({why}); the entry is skipped (re-run python -m "
+                      f"marlin_cupy.tune to replace it)", stacklevel=3)
+    return {key: name for key, name in entries.items() if key not in bad}
+
+
+def loaded_tables(device_name: str, defines: dict | None = None) -> list:
+    """The tuned table files the dispatch reads for a device, in the order ``load_table``
+    applies them (the shipped table, then the user's cache, which wins): ``[(source, path,
+    table dict, sha256 of the file's bytes), ...]``, ``source`` being ``"shipped"`` or
+    ``"user_cache"``. A table tuned under other ``$MARLIN_CUPY_DEFINES`` than ``defines``
+    (default: this process's) is left out, with a warning naming it and its defines."""
+    import hashlib
+    defines = _current_defines() if defines is None else defines
+    out = []
+    for source, path in (("shipped", shipped_path(device_name)),
+                         ("user_cache", cache_path(device_name))):
+        if not path.is_file():
+            continue
+        data = Path(path).read_bytes()
+        try:
+            table = json.loads(data)
+            entry_map(table)
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"tuned table {path} is not valid ({err}); delete it or re-run "
+                             f"python -m marlin_cupy.tune.") from None
+        why = _table_refusal(table, defines)
+        if why is not None:
+            warnings.warn(f"tuned table {path} is not used: {why}", stacklevel=3)
+            continue
+        out.append((source, path, table, hashlib.sha256(data).hexdigest()))
+    return out
+
+
+#: ``table_provenance`` of each (device, defines) as ``load_table`` last loaded it.
+_PROVENANCE: dict = {}
+
+
 def load_table(device_name: str) -> dict:
-    """Tuned entries for a device: ``{key: config name}``, the user's cache over the shipped one."""
-    table = {}
-    for path in (shipped_path(device_name), cache_path(device_name)):
-        if path.is_file():
-            table.update(table_entries(path))
+    """Tuned entries for a device: ``{key: config name}``, the user's cache over the shipped one
+    (``loaded_tables``: a table tuned under other ``$MARLIN_CUPY_DEFINES`` is skipped; so is an
+    entry whose config no longer parses or validates, ``_usable_entries``, each with a warning).
+    Loaded once per device and ``$MARLIN_CUPY_DEFINES`` (``load_table.cache_clear()`` reloads)."""
+    return _load_table(device_name, json.dumps(_current_defines(), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_table(device_name: str, defines: str) -> dict:
+    table, provenance = {}, []
+    for source, path, loaded, sha256 in loaded_tables(device_name, json.loads(defines)):
+        usable = _usable_entries(path, entry_map(loaded))
+        table.update(usable)
+        provenance.append({"source": source, "path": str(path), "sha256": sha256,
+                           "entries": len(usable)})
+    _PROVENANCE[(device_name, defines)] = provenance
     return table
+
+
+load_table.cache_clear = _load_table.cache_clear
+
+
+def table_provenance(device_name: str) -> list:
+    """The tuned tables the default dispatch serves ``device_name`` from, as ``load_table``
+    loaded them (a benchmark record names them beside its ``marlin`` rows): ``[{"source":
+    "shipped" or "user_cache", "path", "sha256" of the file, "entries": those it uses}, ...]``,
+    shipped first; empty where the dispatch has no table (the heuristic serves)."""
+    load_table(device_name)
+    key = (device_name, json.dumps(_current_defines(), sort_keys=True))
+    return [dict(p) for p in _PROVENANCE.get(key, [])]
 
 
 def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
@@ -334,6 +433,10 @@ def parse_buckets(text: str) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+#: Why a tuned pair that the run measured nothing for is withdrawn (``merge_tables``).
+UNMEASURED = "no config was measured there (every candidate was filtered out or could not run)"
+
+
 def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.0) -> dict:
     """``base`` with the (layer, bucket) pairs that ``new`` tuned replaced by ``new``'s
     measurements and entries; everything else, and ``base``'s other keys, kept. The result
@@ -341,7 +444,10 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
     ``base``'s own merge record under ``earlier``. With ``keep_within`` (a fraction) a pair
     keeps the config ``base`` served there (``served``) where ``new`` measured it at most that
     much slower than its winner; the incumbents are stored with the rule (``base``'s stored ones too, for the pairs
-    this merge leaves alone), so that ``--reselect`` applies it again."""
+    this merge leaves alone), so that ``--reselect`` applies it again. A tuned pair that
+    ``new`` measured nothing for (``--narrow`` with ``--no-wgmma`` can filter out every
+    candidate) is withdrawn (``withdraw_pairs``, reason ``UNMEASURED``): kept as ``base``
+    held it, never emptied."""
     tuned = {(n, k, b) for (k, n) in shapes for b in buckets}
 
     def key_m(r):
@@ -398,6 +504,9 @@ def merge_tables(base: dict, new: dict, shapes, buckets, keep_within: float = 0.
         out["merged"]["keep_within"] = keep_within
     if base.get("merged"):
         out["merged"]["earlier"] = base["merged"]
+    unmeasured = tuned - {key_m(r) for r in new["measurements"]}
+    if unmeasured:
+        out = withdraw_pairs(out, base, dict.fromkeys(sorted(unmeasured), UNMEASURED))
     return out
 
 
@@ -447,11 +556,13 @@ GLITCH_RATIO = 3.0
 
 
 def suspect_pairs(base: dict, new: dict, shapes, buckets, glitch: float = GLITCH_RATIO) -> dict:
-    """``{(N, K, bucket): why}``: the pairs a re-tune measured (``new``, merged onto ``base`` or
-    not) whose outcome is not to be trusted: the config ``base`` served there (``served``) was
-    not measured at the bucket's M, so the winner never met it (unless the run found it
-    unmeasurable: ``served_unmeasurable``, a spill or CTAs that do not fit); or a config took more than
-    ``glitch`` times its time in ``base`` at the same M (a stall during the run)."""
+    """``{(N, K, bucket): why}``: the pairs a re-tune tuned (``new``, merged onto ``base`` or
+    not) whose outcome is not to be trusted: it measured nothing there (``UNMEASURED``: no
+    rows in ``new``, or a merge withdrew the pair for it); the config ``base`` served there
+    (``served``) was not measured at the bucket's M, so the winner never met it (unless the
+    run found it unmeasurable: ``served_unmeasurable``, a spill or CTAs that do not fit); or a
+    config took more than ``glitch`` times its time in ``base`` at the same M (a stall during
+    the run)."""
     old = {(r["n"], r["k"], r["m"], r["config"]): r["median_us"] for r in base["measurements"]}
     times = {}
     for r in new["measurements"]:
@@ -460,11 +571,15 @@ def suspect_pairs(base: dict, new: dict, shapes, buckets, glitch: float = GLITCH
     # served configs the run could not measure (they spill with this toolchain, or their CTAs
     # do not fit the SM: ``tune``), whose pairs may take the winner
     unmeasurable = {(e["n"], e["k"], e["m_bucket"]) for e in new.get("served_unmeasurable", [])}
+    # pairs the run measured nothing for: no rows in ``new``, or, merged, withdrawn by the merge
+    withdrawn = {(w["n"], w["k"], w["m_bucket"]): w["why"]
+                 for w in (new.get("merged") or {}).get("withdrawn", [])}
     out = {}
     for (k, n) in shapes:
         for b in buckets:
             rows = times.get((n, k, b), [])
-            if not rows:
+            if withdrawn.get((n, k, b)) == UNMEASURED or not rows:
+                out[(n, k, b)] = UNMEASURED
                 continue
             now = served(base, n, k, b, group_size) if group_size else None
             at_m = {r["config"] for r in rows if r["m"] == BUCKET_M[b]}
@@ -499,8 +614,11 @@ def withdraw_pairs(table: dict, base: dict, pairs: dict) -> dict:
     merged["incumbents"] = [e for e in merged.get("incumbents", []) if key(e) not in pairs] + \
         [{"n": n, "k": k, "m_bucket": b, "config": name, "keep_within": base_keep[(n, k, b)]}
          for (n, k, b), name in (base_inc or {}).items() if (n, k, b) in pairs]
+    # a pair already withdrawn (by ``merge_tables``, for want of rows) is listed once
+    listed = {key(w) for w in merged.get("withdrawn", [])}
     merged["withdrawn"] = merged.get("withdrawn", []) + \
-        [{"n": n, "k": k, "m_bucket": b, "why": why} for (n, k, b), why in sorted(pairs.items())]
+        [{"n": n, "k": k, "m_bucket": b, "why": why} for (n, k, b), why in sorted(pairs.items())
+         if (n, k, b) not in listed]
     out["merged"] = merged
     return out
 

@@ -2,6 +2,8 @@
 schema, the report from a saved JSON, the command line, and the no-GPU exit."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import subprocess
@@ -310,7 +312,10 @@ def test_gptq_words_refuse_ragged_k():
 def test_make_providers_orders_and_labels():
     made = providers.make_providers(("marlin", "cublas-fp16"), configs=("t256_a", "t128_b"))
     assert [p.label for p in made] == ["marlin", "marlin[t256_a]", "marlin[t128_b]", "cublas-fp16"]
-    assert {p.name for p in made} == {"marlin", "cublas-fp16"}
+    # "marlin" is the default dispatch's alone (DESIGN.md s.8): an explicit config has its own
+    assert [p.name for p in made] == ["marlin", "marlin-config", "marlin-config", "cublas-fp16"]
+    assert all(p.name in records.PROVIDERS and p.weight_format == "int4" and
+               p.copies_key == "marlin" for p in made[:3])
     assert providers.make_providers(("naive-fused",), naive_fused_max_m=32)[0].max_m == 32
     with pytest.raises(ValueError, match="unknown provider"):
         providers.make_providers(("cutlass",))
@@ -424,6 +429,52 @@ def test_headline_table_is_computed_from_the_record(tmp_path, capsys):
     assert "| 1 | 3.00x (" in out and not list(tmp_path.glob("*.md"))
 
 
+def test_headline_table_never_prints_an_explicit_configs_rows(tmp_path, capsys):
+    """Records before ``marlin-config`` filed ``--config`` rows under provider ``marlin``
+    (label ``marlin[NAME]``), and listed them first without ``--providers marlin``: the
+    headline is the default dispatch's rows or nothing."""
+    rec = synthetic_record()
+    explicit = [dict(r, label="marlin[t128_x]", median_us=2 * r["median_us"])
+                for r in rec["rows"] if r["label"] == "marlin"]
+    rec["rows"] = explicit + rec["rows"]
+    rec["providers"] = {"marlin[t128_x]": {"provider": "marlin", "available": True,
+                                           "reason": None}, **rec["providers"]}
+    rec["summary"] = metrics.summarize_sets(rec["rows"], {"custom": 2}, 4000.0)
+    text = report.headline_table(rec)
+    assert "| 1 | 3.00x (" in text and "1.50x" not in text
+    only_explicit = dict(rec, rows=[r for r in rec["rows"] if r["label"] != "marlin"])
+    only_explicit.pop("summary")
+    with pytest.raises(ValueError, match="no rows labelled 'marlin'"):
+        report.headline_table(only_explicit)
+    path = tmp_path / "explicit_bench.json"
+    path.write_text(json.dumps(only_explicit))
+    assert report.main([str(path), "--headline", "1"]) == 2
+    assert "no rows labelled 'marlin'" in capsys.readouterr().err
+
+
+def test_per_channel_ideal_is_stated_for_the_records_k(tmp_path):
+    """Group size -1 (one scale per column): 16 / (4 + 16/K) for the K measured, never the
+    group-size formula with -1 put in (16 / (4 + 16/-1))."""
+    rec = synthetic_record()
+    rec["group_size"] = -1
+    text = report.markdown(rec)
+    assert "16/-1" not in text
+    assert f"16 / (4 + 16/K) with per-channel scales = {16 / (4 + 16 / 4096):.2f}x at K = 4096" \
+        in text
+    rec["sets"]["custom"].append([11008, 4096])
+    assert f"at K = 4096 to {16 / (4 + 16 / 11008):.2f}x at K = 11008" in report.markdown(rec)
+    assert "16 / (4 + 16/128) = 3.88x" in report.markdown(synthetic_record())
+    report.plot_speedup(rec, tmp_path / "gs-1_speedup.png")      # its label too
+
+
+def test_markdown_shows_the_clocks_after_warm_up(tmp_path):
+    rec = synthetic_record()
+    rec["clocks"]["after_warmup"] = {"sm_mhz": 1980, "mem_mhz": 3201, "sm_max_mhz": 1980,
+                                     "throttle_reasons": "0x0000000000000000"}
+    assert ("after warm-up: SM 1980 MHz (max 1980), memory 3201 MHz, clock event reasons "
+            "0x0000000000000000; at end: n/a") in report.markdown(rec)
+
+
 def test_short_table_names_every_set():
     text = report.short_table(synthetic_record())
     assert "custom" in text and "3.00x" in text
@@ -489,6 +540,87 @@ def test_no_gpu_command_line_exit_code(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "no GPU is present" in out.stderr and "nothing was measured" in out.stderr
+
+
+class _FakeSmi:
+    """``subprocess.run`` of an nvidia-smi that knows ``fields`` and prints ``values``."""
+
+    def __init__(self, fields, values):
+        self.fields, self.values, self.queries = set(fields), values, []
+
+    def __call__(self, argv, **kw):
+        asked = argv[1].removeprefix("--query-gpu=").split(",")
+        self.queries.append(asked)
+        bad = [f for f in asked if f not in self.fields]
+        if bad:
+            return subprocess.CompletedProcess(argv, 2, f'Field "{bad[0]}" is not a valid field '
+                                                        f'to query.\n', "")
+        return subprocess.CompletedProcess(argv, 0, ", ".join(self.values[f] for f in asked)
+                                           + "\n", "")
+
+
+@pytest.mark.parametrize("known, values, expected", [
+    (("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks_event_reasons.active"),
+     {"clocks.sm": "1980", "clocks.mem": "3201", "clocks.max.sm": "1980",
+      "clocks_event_reasons.active": "0x0000000000000004"},
+     {"sm_mhz": 1980, "mem_mhz": 3201, "sm_max_mhz": 1980, "throttle_reasons": "0x0000000000000004"}),
+    (("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks_throttle_reasons.active"),   # older
+     {"clocks.sm": "345", "clocks.mem": "3201", "clocks.max.sm": "[N/A]",
+      "clocks_throttle_reasons.active": "0x0000000000000001"},
+     {"sm_mhz": 345, "mem_mhz": 3201, "sm_max_mhz": None, "throttle_reasons": "0x0000000000000001"}),
+    (("clocks.sm", "clocks.mem"), {"clocks.sm": "345", "clocks.mem": "3201"},
+     {"sm_mhz": 345, "mem_mhz": 3201, "sm_max_mhz": None, "throttle_reasons": None}),
+    ((), {}, None),                                               # answers nothing
+])
+def test_gpu_clocks_takes_what_this_nvidia_smi_gives(monkeypatch, known, values, expected):
+    smi = _FakeSmi(known, values)
+    monkeypatch.setattr(harness.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(harness.subprocess, "run", smi)
+    assert harness.gpu_clocks() == expected
+    assert smi.queries[0] == list(harness.CLOCK_QUERIES[0])
+
+
+def test_gpu_clocks_is_none_without_nvidia_smi_or_when_it_fails(monkeypatch):
+    monkeypatch.setattr(harness.shutil, "which", lambda name: None)
+    assert harness.gpu_clocks() is None
+
+    def broken(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, 10)
+    monkeypatch.setattr(harness.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(harness.subprocess, "run", broken)
+    assert harness.gpu_clocks() is None
+
+
+def test_the_sweep_records_clocks_after_warm_up_and_the_tables_that_served(monkeypatch,
+                                                                            tmp_path):
+    """The clocks at start are read before any GPU work (an idle card: 345 MHz on the H200);
+    the record also holds them after the copy bandwidth's second of copies, and the tuned
+    tables the default dispatch read (``tune.table_provenance``). The GPU work is faked."""
+    from marlin_cupy import tune
+    from marlin_cupy.bench import sweep
+    monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))       # the shipped table alone
+    tune.load_table.cache_clear()
+    log = []
+    monkeypatch.setattr(records, "environment", lambda: {
+        "date": "2026-12-01T00:00:00+00:00", "git_commit": "abc", "versions": {},
+        "device": {"name": "NVIDIA H200", "sms": 132, "l2_bytes": H200_L2}})
+    monkeypatch.setattr(harness, "gpu_clocks", lambda: log.append("clocks") or {
+        "sm_mhz": 1980 if "copy" in log else 345, "mem_mhz": 3201})
+    monkeypatch.setattr(harness, "bench_stream", lambda torch=None: contextlib.nullcontext(None))
+    monkeypatch.setattr(harness, "Timer", lambda *a, **kw: None)
+    stats = harness.Stats(500.0, 499.0, 501.0, 10)
+    monkeypatch.setattr(harness, "copy_bandwidth", lambda timer, nbytes: log.append("copy") or (
+        4280.0, harness.Measurement(stats, 0.0, 1.0)))
+    rec = sweep.run_sweep([], [], sweep.SweepOptions(progress=False))
+    assert log == ["clocks", "copy", "clocks", "clocks"]
+    assert rec["clocks"]["start"]["sm_mhz"] == 345
+    assert rec["clocks"]["after_warmup"]["sm_mhz"] == 1980
+    shipped = tune.shipped_path("NVIDIA H200")
+    assert rec["tuned_tables"] == [{
+        "source": "shipped", "path": str(shipped),
+        "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest(),
+        "entries": len(json.loads(shipped.read_text())["entries"])}]
+    tune.load_table.cache_clear()
 
 
 def test_import_needs_neither_cupy_nor_torch():

@@ -96,6 +96,19 @@ def test_unknown_records_are_refused(rec, message):
         records.validate_record(rec)
 
 
+def test_explicit_config_rows_have_their_own_provider_and_old_records_still_pass():
+    """``--config NAME`` rows are ``marlin-config`` (``marlin`` is the default dispatch's,
+    DESIGN.md s.8); records written before it filed them under ``marlin``, label
+    ``marlin[NAME]``, and still meet the schema (``test_every_committed_record_...``)."""
+    rec = bench_record()
+    rec["rows"].append(dict(rec["rows"][0], provider="marlin-config",
+                            label="marlin[t256_m1_n8_k8_s4_g8_fp32]",
+                            config="t256_m1_n8_k8_s4_g8_fp32"))
+    records.validate_record(rec)
+    rec["rows"][-1].update(provider="marlin", label="marlin[t256_m1_n8_k8_s4_g8_fp32]")
+    records.validate_record(rec)
+
+
 def test_write_json_validates_and_round_trips(tmp_path):
     rec = bench_record()
     path = records.write_json(tmp_path / "sub" / "x_bench.json", rec)

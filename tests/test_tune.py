@@ -1,6 +1,9 @@
 """Tuned tables: selection from measurements, spill exclusion, lookup and cache precedence.
 The timing itself needs a GPU; everything around it is tested here."""
+import hashlib
 import json
+import re
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -161,6 +164,71 @@ class TestLookup:
         path.write_text("{not json")
         with pytest.raises(ValueError, match="delete it or re-run"):
             tune.load_table("Some GPU")
+
+    def test_a_table_tuned_under_kernel_defines_serves_only_that_build(self, user_cache,
+                                                                       monkeypatch):
+        """A table tuned under $MARLIN_CUPY_DEFINES (its ``kernel_defines``, as ``tune``
+        writes it) measured an experimental build: a build with other switches, or none,
+        skips it with a warning naming the file and the switches; one with the same reads it."""
+        cfg = KernelConfig(128, 1, 8, 4, 3, 8, True)
+        path = tune.cache_path("GPU G")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "kind": "tuned_table", "kernel_defines": {"MARLIN_PAR_COOP": 0},
+            "entries": [{"n": 4096, "k": 4096, "group_size": 128, "m_bucket": 16,
+                         "config": cfg.name}]}))
+        said = re.escape(f"tuned table {path} is not used: it was tuned under "
+                         f"MARLIN_CUPY_DEFINES {{'MARLIN_PAR_COOP': 0}}")
+        monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+        with pytest.warns(UserWarning, match=said):
+            assert tune.lookup("GPU G", 16, 4096, 4096, 128) is None
+        assert tune.table_provenance("GPU G") == []
+        monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_COOP=1")
+        with pytest.warns(UserWarning, match=said):
+            assert tune.lookup("GPU G", 16, 4096, 4096, 128) is None
+        monkeypatch.setenv("MARLIN_CUPY_DEFINES", "MARLIN_PAR_COOP=0")
+        assert tune.lookup("GPU G", 16, 4096, 4096, 128) == cfg
+
+    def test_a_stale_entry_is_skipped_with_one_warning_not_raised_at_dispatch(self, user_cache):
+        """A cache written by an older version can name a config this one cannot parse or
+        run: that entry is skipped (the heuristic serves its problems), named once in a
+        warning with its file; the table's other entries still serve."""
+        good = KernelConfig(128, 1, 8, 4, 3, 8, True)
+        entry = {"group_size": 128, "m_bucket": 16}
+        path = tune.cache_path("GPU H")
+        self._write(path, [dict(entry, n=4096, k=4096, config="t256_m1_n16_k4_s4_g8_fp32_zz9"),
+                           dict(entry, n=8192, k=8192, config="t96_m1_n16_k4_s4_g8_fp32"),
+                           dict(entry, n=2048, k=2048, config=good.name)])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                assert tune.lookup("GPU H", 16, 4096, 4096, 128) is None     # does not parse
+                assert tune.lookup("GPU H", 16, 8192, 8192, 128) is None     # threads=96
+                assert tune.lookup("GPU H", 16, 2048, 2048, 128) == good
+                assert choose_config(16, 4096, 4096, 128, device_name="GPU H") == \
+                    choose_config(16, 4096, 4096, 128)
+        said = [str(w.message) for w in caught if "tuned table" in str(w.message)]
+        assert len(said) == 2, said
+        assert all(m.startswith(f"tuned table {path}: entry ") for m in said)
+        assert "4096x4096_g128_m16" in said[0] and "_zz9" in said[0]
+        assert "8192x8192_g128_m16" in said[1] and "threads=96" in said[1]
+
+    def test_the_tables_the_dispatch_loaded_are_named_with_their_hash(self, user_cache):
+        """``table_provenance``: what a benchmark record says served ``marlin``, the shipped
+        table and the user's cache as ``load_table`` read them (path, sha256 of the file,
+        entries used); nothing for a device without tables."""
+        self._write(tune.cache_path("NVIDIA H200"),
+                    [{"n": 57344, "k": 8192, "group_size": 128, "m_bucket": 16,
+                      "config": KernelConfig(128, 1, 8, 4, 3, 8, True).name}])
+        got = tune.table_provenance("NVIDIA H200")
+        paths = (tune.shipped_path("NVIDIA H200"), tune.cache_path("NVIDIA H200"))
+        assert [g["source"] for g in got] == ["shipped", "user_cache"]
+        for g, path in zip(got, paths):
+            assert g["path"] == str(path)
+            assert g["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert got[0]["entries"] == len(json.loads(paths[0].read_text())["entries"])
+        assert got[1]["entries"] == 1
+        assert tune.table_provenance("GPU without tables") == []
 
     def test_cache_path_names_device_and_toolchain(self, user_cache):
         p = tune.cache_path("NVIDIA H200", tag="cupy14.2.0_nvrtc12.9")
@@ -466,6 +534,38 @@ class TestPartialRetune:
                                                   "config": a}])
         again = tune.merge_tables(base, spilled, shapes, buckets, keep_within=0.01)
         assert tune.suspect_pairs(base, again, shapes, buckets) == {}
+
+    def test_a_tuned_pair_measured_for_nothing_is_withdrawn_not_emptied(self):
+        """A pair the re-tune tuned but measured no row for (--narrow with --no-wgmma can
+        filter out every candidate) is withdrawn, as the README says: kept as the base held it
+        (measurements, entry), listed once under ``merged.withdrawn``, and named by
+        ``suspect_pairs``, merged or not."""
+        a = KernelConfig(256, 1, 16, 8, 4, 8, True).name
+        b = KernelConfig(256, 1, 8, 8, 6, 8, True).name
+        base = self._table("old", [
+            {"n": 8192, "k": 8192, "m": 16, "config": a, "median_us": 20.0},
+            {"n": 4096, "k": 4096, "m": 16, "config": b, "median_us": 5.0},
+            {"n": 4096, "k": 4096, "m": 16, "config": a, "median_us": 6.0}])
+        new = self._table("new", [{"n": 8192, "k": 8192, "m": 16, "config": c, "median_us": us}
+                                  for c, us in ((a, 20.5), (b, 18.0))])   # none at 4096 x 4096
+        shapes, buckets = [(8192, 8192), (4096, 4096)], (16,)
+        merged = tune.merge_tables(base, new, shapes, buckets)
+        assert {(e["n"], e["config"]) for e in merged["entries"]} == {(8192, b), (4096, b)}
+        assert sorted(r["median_us"] for r in merged["measurements"] if r["n"] == 4096) == \
+            [5.0, 6.0]
+        gone = {(4096, 4096, 16): tune.UNMEASURED}
+        assert merged["merged"]["withdrawn"] == [{"n": 4096, "k": 4096, "m_bucket": 16,
+                                                  "why": tune.UNMEASURED}]
+        assert tune.suspect_pairs(base, merged, shapes, buckets) == gone
+        assert tune.suspect_pairs(base, new, shapes, buckets) == gone
+        out = tune.withdraw_pairs(merged, base, gone)      # what main does next
+        assert out["merged"]["withdrawn"] == merged["merged"]["withdrawn"]
+        assert sorted(map(json.dumps, out["entries"])) == sorted(map(json.dumps,
+                                                                     merged["entries"]))
+        # with the incumbents' rule, the withdrawn pair keeps none that base did not store
+        kept = tune.merge_tables(base, new, shapes, buckets, keep_within=0.01)
+        inc, _ = tune.stored_incumbents(kept)
+        assert set(inc) == {(8192, 8192, 16)}
 
     def test_restrict_to_tested_chooses_among_tested_kernels(self, tmp_path):
         """--tested TABLE: every entry is chosen among the kernels the GPU tests ran with TABLE

@@ -180,18 +180,52 @@ def gpu_unavailable_reason():
     return records.gpu_unavailable_reason()
 
 
+#: The ``nvidia-smi --query-gpu`` fields ``gpu_clocks`` asks for, tried in order: the clocks
+#: with the SM clock's maximum and the active clock event (throttle) reasons, whose name changed
+#: once (``clocks_throttle_reasons`` before driver 535), then the clocks alone.
+CLOCK_QUERIES = (("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks_event_reasons.active"),
+                 ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks_throttle_reasons.active"),
+                 ("clocks.sm", "clocks.mem"))
+
+
+def _smi_int(text):
+    """An integer field of ``nvidia-smi``'s CSV (``None`` for ``[N/A]``, ``[Not Supported]``)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
 def gpu_clocks():
-    """Current SM and memory clocks in MHz from ``nvidia-smi`` (``None`` where it is absent)."""
+    """Current SM and memory clocks in MHz from ``nvidia-smi``, with the SM clock's maximum
+    (``sm_max_mhz``) and the active clock event reasons (``throttle_reasons``, the bit mask as
+    nvidia-smi prints it, ``0x0000000000000000`` when nothing holds the clock back; idle
+    ``0x...0001``, power cap ``0x...0004``) where this driver's nvidia-smi gives them (``None``
+    each where it does not). ``None`` where nvidia-smi is absent or answers none of
+    ``CLOCK_QUERIES``."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
-        sm, mem = (int(v.strip()) for v in out.stdout.strip().splitlines()[0].split(","))
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-    return {"sm_mhz": sm, "mem_mhz": mem}
+    for fields in CLOCK_QUERIES:
+        try:
+            out = subprocess.run([exe, "--query-gpu=" + ",".join(fields),
+                                  "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        lines = out.stdout.strip().splitlines()
+        vals = lines[0].split(",") if lines else []
+        if out.returncode != 0 or "not a valid field" in out.stdout.lower() \
+                or len(vals) != len(fields):
+            continue              # an older nvidia-smi: the next, shorter query
+        sm, mem = _smi_int(vals[0]), _smi_int(vals[1])
+        if sm is None or mem is None:
+            return None
+        reasons = vals[3].strip() if len(vals) > 3 else ""
+        return {"sm_mhz": sm, "mem_mhz": mem,
+                "sm_max_mhz": _smi_int(vals[2]) if len(vals) > 2 else None,
+                "throttle_reasons": reasons if reasons.lower().startswith("0x") else None}
+    return None
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 WEIGHT_FORMAT = {
     "marlin": "int4",
     "marlin-pdl": "int4",
+    "marlin-config": "int4",
     "marlin-sparse24": "int4",
     "naive-dequant-gemm": "int4",
     "naive-fused": "int4",

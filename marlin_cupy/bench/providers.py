@@ -9,7 +9,9 @@ returns the last product for the correctness gate. ``Skip`` means "cannot run th
 =====================  ======  ==============================================================
 name                   format  what runs
 =====================  ======  ==============================================================
-marlin                 int4    ``marlin_cupy.matmul`` (default dispatch, or an explicit config)
+marlin                 int4    ``marlin_cupy.matmul``, its default dispatch
+marlin-config          int4    ``marlin_cupy.matmul(..., config=NAME)`` (``--config NAME``),
+                               labelled ``marlin[NAME]``
 cublas-fp16            fp16    ``cupy.matmul`` on the fp16 dequantized weights
 torch-fp16             fp16    ``torch.matmul`` on the same fp16 weights (shared via DLPack)
 naive-dequant-gemm     int4    ``baselines.dequant_matmul``: dequantize kernel, then cuBLAS
@@ -33,6 +35,9 @@ PROVIDER_NAMES = ("marlin", "cublas-fp16", "torch-fp16", "naive-dequant-gemm", "
 #: Providers that exist but are not in the default list.
 EXTRA_PROVIDER_NAMES = ("marlin-pdl",)
 ALL_PROVIDER_NAMES = PROVIDER_NAMES + EXTRA_PROVIDER_NAMES
+#: The provider name of ``--config NAME`` rows (label ``marlin[NAME]``): ``marlin`` is the
+#: default dispatch's alone (DESIGN.md s.8). Records written before it named them ``marlin``.
+EXPLICIT_CONFIG_PROVIDER = "marlin-config"
 #: naive-fused re-reads the weights for every 16 rows of A; above this batch it only burns budget.
 NAIVE_FUSED_MAX_M = 64
 
@@ -103,6 +108,8 @@ def _kernel_resources(function) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 class Marlin(Provider):
+    """``matmul``'s default dispatch (``marlin``, the only rows DESIGN.md s.8 gives that name),
+    or, with ``config``, that explicit config (``marlin-config``, labelled ``marlin[NAME]``)."""
     name = "marlin"
     copies_key = "marlin"
 
@@ -111,10 +118,12 @@ class Marlin(Provider):
     def __init__(self, config: Optional[str] = None):
         self.config_name = config
         self.layer = None
+        if config is not None:
+            self.name = EXPLICIT_CONFIG_PROVIDER
 
     @property
     def label(self) -> str:
-        return self.name if self.config_name is None else f"{self.name}[{self.config_name}]"
+        return self.name if self.config_name is None else f"marlin[{self.config_name}]"
 
     def unavailable_reason(self):
         try:

@@ -87,7 +87,42 @@ def _table(header, rows, text_columns=0) -> list:
 def _clocks(c):
     if not c:
         return "n/a"
-    return f"SM {c.get('sm_mhz')} MHz, memory {c.get('mem_mhz')} MHz"
+    text = f"SM {c.get('sm_mhz')} MHz"
+    if c.get("sm_max_mhz") is not None:
+        text += f" (max {c['sm_max_mhz']})"
+    text += f", memory {c.get('mem_mhz')} MHz"
+    if c.get("throttle_reasons") is not None:
+        text += f", clock event reasons {c['throttle_reasons']}"
+    return text
+
+
+def _clocks_line(rec) -> str:
+    """The record's clocks: at start (before any GPU work: an idle card's), after the copy
+    bandwidth's warm-up (records since it was read), and at end."""
+    clocks = rec.get("clocks") or {}
+    parts = [f"clocks at start: {_clocks(clocks.get('start'))}"]
+    if "after_warmup" in clocks:
+        parts.append(f"after warm-up: {_clocks(clocks['after_warmup'])}")
+    parts.append(f"at end: {_clocks(clocks.get('end'))}")
+    return "- " + "; ".join(parts)
+
+
+def ideal_text(rec) -> str:
+    """The memory-bound ideal speedup as the report states it: 16 / (4 + 16/group_size) bits
+    per weight, or with per-channel scales (group size -1) 16 / (4 + 16/K) for the record's K
+    (``metrics.ideal_speedup``; the record's ``ideal_speedup`` is the large-K limit, 4x)."""
+    gs = rec["group_size"]
+    if gs != -1:
+        return f"16 / (4 + 16/{gs}) = {metrics.ideal_speedup(gs):.2f}x"
+    ks = sorted({r["k"] for r in rec.get("rows", [])}
+                | {k for shapes_ in (rec.get("sets") or {}).values() for k, _ in shapes_})
+    if not ks:
+        return "16 / (4 + 16/K) with per-channel scales, below 4x"
+    lo, hi = (metrics.ideal_speedup(-1, k=k) for k in (ks[0], ks[-1]))
+    if len(ks) == 1:
+        return f"16 / (4 + 16/K) with per-channel scales = {lo:.2f}x at K = {ks[0]}"
+    return (f"16 / (4 + 16/K) with per-channel scales = {lo:.2f}x at K = {ks[0]} to "
+            f"{hi:.2f}x at K = {ks[-1]}")
 
 
 def _timing_sentence(rec) -> str:
@@ -102,7 +137,6 @@ def _timing_sentence(rec) -> str:
 def markdown(rec) -> str:
     dev = rec["device"]
     gs = rec["group_size"]
-    ideal = metrics.ideal_speedup(gs)
     labels = _labels(rec)
     quant = [lb for lb in labels if not _is_fp16(rec, lb)]
     summary = _summary(rec)
@@ -114,8 +148,7 @@ def markdown(rec) -> str:
         + (" (uncommitted changes)" if rec.get("git_dirty") else ""),
         f"- group size {gs}; copy bandwidth {rec['copy_bandwidth_GBps']:.0f} GB/s (device-to-device, "
         f"read + write, measured in the same run)",
-        f"- clocks at start: {_clocks((rec.get('clocks') or {}).get('start'))}; at end: "
-        f"{_clocks((rec.get('clocks') or {}).get('end'))}",
+        _clocks_line(rec),
         f"- CuPy {v.get('cupy')}, CUDA runtime {v.get('cuda_runtime')}, driver {v.get('cuda_driver')}, "
         f"torch {v.get('torch')}",
         "",
@@ -123,7 +156,7 @@ def markdown(rec) -> str:
         "L2-resident, summed over the set's layers. **Speedup** = summed time of the fastest FP16 "
         "GEMM per layer (cublas-fp16 or torch-fp16) / summed time of the provider. "
         "**% roofline** = minimum bytes (int4 weights + scales + A + C) / time / copy bandwidth. "
-        f"Ideal memory-bound speedup at group size {gs}: 16 / (4 + 16/{gs}) = {ideal:.2f}x.",
+        f"Ideal memory-bound speedup at group size {gs}: {ideal_text(rec)}.",
     ]
     if rec.get("aborted"):
         lines += ["", f"**The sweep was aborted early:** {rec['aborted']}"]
@@ -269,12 +302,13 @@ def _plot(rec, path, field, ylabel, suptitle, hlines) -> Path:
 def plot_speedup(rec, path) -> Path:
     """Summed speedup over the best FP16 GEMM vs batch size, one panel per shape set."""
     gs = rec["group_size"]
-    ideal = metrics.ideal_speedup(gs)
+    ideal = metrics.ideal_speedup(gs)     # per-channel: the large-K limit, 4x, every K below it
     return _plot(rec, path, "summed_speedup", "speedup over best FP16 (summed)",
                  f"INT4 x FP16 vs the best FP16 GEMM per layer, {rec['device']['name']}, "
                  f"group size {gs}",
                  [(ideal, dict(color="k", ls="--", lw=1,
-                               label=f"ideal, memory-bound 16/(4+16/{gs}) = {ideal:.2f}x")),
+                               label=f"ideal, memory-bound {ideal_text(rec)}"
+                                     + ("; drawn at the large-K limit, 4x" if gs == -1 else ""))),
                   (1.0, dict(color="grey", ls=":", lw=1, label="best FP16 GEMM"))])
 
 
@@ -306,10 +340,17 @@ def short_table(rec) -> str:
 
 def headline_table(rec, provider: str = "marlin", batches=None) -> str:
     """Markdown: one row per M, one column per set, "speedup (% of roofline)" of ``provider``
-    summed over the set's layers (the README's table, produced from the record, not typed)."""
+    summed over the set's layers (the README's table, produced from the record, not typed).
+    Only the rows labelled ``provider`` count: an explicit config's (``marlin[NAME]``, which
+    records before ``marlin-config`` filed under provider ``marlin``) are never its figures.
+    Raises ``ValueError`` where the record holds none."""
     summary = _summary(rec)
     sets = _sets(rec)
-    label = next((lb for lb in _labels(rec) if _provider_of(rec, lb) == provider), provider)
+    label = provider
+    if label not in _labels(rec):
+        raise ValueError(f"the record has no rows labelled {provider!r} (it has "
+                         f"{', '.join(_labels(rec)) or 'none'}); an explicit config's rows "
+                         f"(marlin[NAME]) are not the default dispatch's")
     ms = sorted({m for s_ in sets for m in _batches(rec, s_)})
     if batches:
         ms = [m for m in ms if m in batches]
@@ -365,7 +406,11 @@ def main(argv=None) -> int:
         return 2
     if args.headline is not None:
         wanted = [int(v) for v in args.headline.split(",") if v.strip()]
-        print(headline_table(rec, provider=args.provider, batches=wanted or None))
+        try:
+            print(headline_table(rec, provider=args.provider, batches=wanted or None))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return 0
     for path in write_report(rec, args.json, args.out_dir, plots=not args.no_plot):
         print(path)

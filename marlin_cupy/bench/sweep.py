@@ -149,6 +149,9 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
         timer = harness.Timer(stream, options.budget_ms, options.min_reps, options.max_reps,
                               options.warmup, options.chain_len)
         progress.write(f"copy bandwidth {copy_bw:.0f} GB/s (read + write, median of {copy_meas.stats.reps})")
+        # The clocks at start are read before any GPU work (an idle card's, 345 MHz on the
+        # H200); these, after the copy bandwidth's 1 GiB copies, are what the timings start from.
+        clocks_after_warmup = harness.gpu_clocks()
         # The copy cap is shared evenly by the weight formats in use (fp16, Marlin, GPTQ, tinygemm).
         cap = options.copy_cap_bytes // max(1, len({p.copies_key for p in active}))
         for index, layer in enumerate(layers):
@@ -177,7 +180,9 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
         "device": env["device"],
         "versions": versions,
         "platform": env.get("platform"),
-        "clocks": {"start": clocks_start, "end": harness.gpu_clocks()},
+        "clocks": {"start": clocks_start, "after_warmup": clocks_after_warmup,
+                   "end": harness.gpu_clocks()},
+        "tuned_tables": _tuned_tables((env.get("device") or {}).get("name")),
         "copy_bandwidth_GBps": copy_bw,
         "copy_bandwidth": {"bytes_read_and_written": 2 * options.copy_bandwidth_bytes,
                            **copy_meas.stats.as_dict()},
@@ -208,6 +213,19 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
         "failed": out.failed,
         "skipped": out.skipped,
     }
+
+
+def _tuned_tables(device_name):
+    """The tuned tables the default dispatch (``marlin``) served this device from
+    (``tune.table_provenance``: source, path, sha256, entries used), ``[]`` where none (the
+    heuristic served), or ``[{"error": ...}]`` where one could not be read."""
+    from .. import tune
+    if not device_name:
+        return []
+    try:
+        return tune.table_provenance(device_name)
+    except ValueError as e:
+        return [{"error": str(e)}]
 
 
 def _sweep_layer(layer, index, active, options, timer, cap, device, copy_bw, out):
