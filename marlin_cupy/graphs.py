@@ -6,12 +6,13 @@ call returned. So nothing a captured launch reads or writes may be freed or hand
 else after capture, and what it relies on (counters at zero) must hold before every replay,
 whatever ran before it. ``ops.matmul`` follows three rules while its stream captures:
 
-- the locks, partial sums and act-order copy of ``x`` come from a workspace kept for captures
-  on that stream (``ops.workspace(..., captured=True)``), apart from the one its eager calls
-  use, so a replay on any stream never shares counters with eager launches; its buffers are
-  allocated and zeroed *outside* the graph (on a private stream, with this thread's capture
-  mode relaxed meanwhile), and a buffer it outgrows is kept, not freed, since graphs captured
-  before still point at it;
+- the locks, partial sums and act-order copy of ``x`` come from a workspace of that capture's
+  own (``ops.workspace(..., captured=True)``, keyed by the stream and the capture's id,
+  ``capture_id``), apart from the one its eager calls use and from other captures', so a
+  replay on any stream never shares counters with eager launches or with replays of other
+  graphs; its buffers are allocated and zeroed *outside* the graph (on a private stream, with
+  this thread's capture mode relaxed meanwhile), and a buffer it outgrows is kept, not freed,
+  since the launches captured before still point at it;
 - compiling and loading a kernel, and every allocation, run with this thread's capture mode
   relaxed, as torch's own allocator does, so a capture in torch's default ("global") mode is
   not invalidated by ``cudaMalloc`` or module loading;
@@ -19,9 +20,14 @@ whatever ran before it. ``ops.matmul`` follows three rules while its stream capt
   lives in the graph's private memory pool like any other intermediate.
 
 What stays the caller's: keep ``x``, ``out`` and the weight alive while the graph lives (as
-for any array a graph uses), and do not replay two graphs captured on the same stream at the
-same time on different streams (they share that stream's capture workspace; one graph's
-replays are ordered by CUDA itself).
+for any array a graph uses). Graphs captured separately, on one stream or by
+``torch.cuda.graph`` (which captures every graph on one stream), may replay at the same time,
+on any streams; CUDA orders the replays of one executable graph itself. The one thing that
+shares a workspace is a capture instantiated twice (two executable graphs of one captured
+graph, which neither ``cupy`` nor ``torch.cuda.CUDAGraph`` makes): do not replay those at the
+same time. The cost: each capture keeps its own locks and partial sums for as long as the
+process lives, unless ``ops.release_workspaces(captures=True)`` drops them once no graph
+captured with ``matmul`` will be replayed again.
 """
 from __future__ import annotations
 
@@ -35,6 +41,8 @@ from . import pdl
 CU_STREAM_CAPTURE_MODE_GLOBAL = 0
 CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 CU_STREAM_CAPTURE_MODE_RELAXED = 2
+#: CUstreamCaptureStatus (cuda.h)
+CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
 
 _side = {}
 _side_lock = threading.Lock()
@@ -52,6 +60,34 @@ def is_capturing(stream) -> bool:
             f"cannot launch on stream {stream!r} while a CUDA graph is being captured ({e}). "
             f"Launch on the capturing stream: pass stream=, or make it CuPy's current stream "
             f"(torch tensors use torch's current stream, which torch.cuda.graph sets).") from e
+
+
+def capture_id(stream) -> int | None:
+    """The id of the graph capture that ``stream`` (a CuPy stream object) takes part in now,
+    unique over the process's lifetime (``cuStreamGetCaptureInfo``), or None when it captures
+    nothing. ``is_capturing``'s RuntimeError where the query is refused."""
+    if not is_capturing(stream):
+        return None
+    status, ident = ctypes.c_int(), ctypes.c_uint64()
+    err = _capture_info()(stream.ptr, ctypes.byref(status), ctypes.byref(ident),
+                          None, None, None, None)
+    if err != 0:
+        raise RuntimeError(f"cuStreamGetCaptureInfo failed with CUresult {err}")
+    if status.value != CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        raise RuntimeError(f"stream {stream.ptr:#x} reported a capture, then capture status "
+                           f"{status.value}: the capture was invalidated by an earlier error.")
+    return int(ident.value)
+
+
+def _capture_info():
+    """``cuStreamGetCaptureInfo`` from the driver library. The unversioned symbol has the
+    CUDA 10 signature (stream, status, id); cuda.h maps the name to ``_v2`` (CUDA 12: + graph,
+    dependencies, their count) or ``_v3`` (+ edge data). It is called with the longest form,
+    the optional outputs NULL: any of the three reads the arguments it has and ignores the rest
+    (the caller cleans up the arguments in the x86-64 and AArch64 calling conventions)."""
+    vp = ctypes.c_void_p
+    return pdl.driver_function("cuStreamGetCaptureInfo", (
+        vp, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), vp, vp, vp, vp))
 
 
 def _exchange(mode: int) -> int:

@@ -15,9 +15,11 @@ Two paths:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 # Options shared by every kernel build. Line info costs nothing at run time and lets
 # compute-sanitizer name source lines. CuPy adds -arch itself; adding one here would fail.
 BASE_OPTIONS = ("-std=c++17", "--generate-line-info")
+# What ``compile_offline`` adds for its resource report (ptxas's registers, spills, stack).
+_CUBIN_OPTIONS = ["--ptxas-options=-v"]
 
 
 def cuda_dir() -> Path:
@@ -94,18 +98,30 @@ def cubin_cache_dir() -> Path:
 
 
 def _arch_cubin(source: str, options: tuple, arch_suffix: str) -> Path:
-    """Path of the cubin of ``source`` for the current device's ``sm_XX<arch_suffix>``."""
+    """Path of the cubin of ``source`` for the current device's ``sm_XX<arch_suffix>``, keyed
+    by the source, every option NVRTC gets (``compile_offline``'s) and NVRTC's version."""
     import cupy as cp
     from cupy.cuda import nvrtc
     arch = f"sm_{cp.cuda.Device().compute_capability}{arch_suffix}"
     version = "%d.%d" % nvrtc.getVersion()
-    path = cubin_cache_dir() / f"{source_hash(source, options + (arch, version))}_{arch}.cubin"
+    key = source_hash(source, tuple(_nvrtc_options(arch, list(options) + _CUBIN_OPTIONS))
+                      + (version,))
+    path = cubin_cache_dir() / f"{key}_{arch}.cubin"
     if not path.is_file():
         cubin, _ = compile_offline(source, arch, options)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(cubin)
-        tmp.replace(path)          # atomic: a concurrent reader never sees half a cubin
+        # A temporary file of this writer's own (threads and processes may compile the same
+        # kernel at once), renamed into place: a reader never sees half a cubin.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(cubin)
+            os.chmod(tmp, 0o644)       # mkstemp's 0600 would keep a shared cache private
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
     return path
 
 
@@ -174,7 +190,7 @@ def compile_offline(source: str, arch: str, options=(), name: str = "kernel.cu")
     Returns ``(cubin_bytes, [CompileReport, ...])``. Raises ``RuntimeError`` with NVRTC's log
     on a compile error.
     """
-    log, cubin = _nvrtc(source, arch, list(options) + ["--ptxas-options=-v"], name, "cubin")
+    log, cubin = _nvrtc(source, arch, list(options) + _CUBIN_OPTIONS, name, "cubin")
     return cubin, parse_ptxas_log(log)
 
 
@@ -189,18 +205,23 @@ def compile_ptx(source: str, arch: str, options=(), name: str = "kernel.cu") -> 
 def _nvrtc(source: str, arch: str, options: list, name: str, output: str):
     """(NVRTC's log, its cubin or PTX); RuntimeError with the log on a compile error."""
     from cupy.cuda import nvrtc
-    opts = list(BASE_OPTIONS) + options + [
-        f"-arch={arch}", f"-I{cuda_include_dir()}", "--device-as-default-execution-space"]
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, opts)
+            nvrtc.compileProgram(prog, _nvrtc_options(arch, options))
         except nvrtc.NVRTCError as e:
             raise RuntimeError(f"NVRTC failed for {arch}:\n{nvrtc.getProgramLog(prog)}") from e
         return nvrtc.getProgramLog(prog), (nvrtc.getCUBIN(prog) if output == "cubin"
                                            else nvrtc.getPTX(prog))
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def _nvrtc_options(arch: str, options: list) -> list:
+    """Every option NVRTC gets for ``options`` and ``arch``: ``BASE_OPTIONS``, ``options``, the
+    target, the CUDA headers and the execution space (``_arch_cubin`` keys its cache by them)."""
+    return list(BASE_OPTIONS) + list(options) + [
+        f"-arch={arch}", f"-I{cuda_include_dir()}", "--device-as-default-execution-space"]
 
 
 def _compile_one(item) -> str:

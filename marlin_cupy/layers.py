@@ -59,11 +59,12 @@ class MarlinLinear:
         else torch's current one for torch tensors, else CuPy's), so it is ordered after the
         kernel and is captured with it into a CUDA graph."""
         from .ops import _as_cupy, launch_stream_for, matmul
-        s = launch_stream_for(x, stream)
-        y = matmul(x, self.weight, out=out, config=self.config, stream=s, pdl=self.pdl)
+        # The caller's stream as given: with None, matmul picks the same stream itself, and
+        # torch calls take its fast path (which an explicit stream= excludes for torch).
+        y = matmul(x, self.weight, out=out, config=self.config, stream=stream, pdl=self.pdl)
         if self.bias is not None:
             import cupy as cp
-            with s:
+            with launch_stream_for(x, stream):
                 y_cp = _as_cupy(y, "y")
                 cp.add(y_cp, self.bias, out=y_cp)
         return y

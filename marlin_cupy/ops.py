@@ -74,9 +74,13 @@ class Workspace:
     under capture, the permuted copy of ``x``, for one device and stream.
 
     Streams must not share locks: two launches spinning on the same counters can deadlock.
-    A stream's launches inside a graph capture use a workspace of their own (``captured``;
-    ``graphs``): its buffers are zeroed outside the capture, and one it outgrows is kept,
-    since graphs captured before still use it.
+    A stream's launches inside a graph capture use a workspace of that capture's own
+    (``captured``; ``graphs``): its buffers are zeroed outside the capture, and one it outgrows
+    is kept, since the launches captured before still use it.
+
+    Threads that launch on the same stream share its workspace: the buffers are grown and read
+    under the workspace's lock, and each caller gets the buffers it grew or checked (never
+    another thread's smaller ones).
     """
 
     def __init__(self, captured: bool = False):
@@ -85,6 +89,7 @@ class Workspace:
         self.scratch = None
         self.xperm = None
         self.retired = []       # outgrown buffers that graphs may still use (captured only)
+        self.lock = threading.Lock()
 
     def _grow(self, old, need: int, dtype, zero: bool):
         if old is not None and old.size >= need:
@@ -98,31 +103,101 @@ class Workspace:
         return graphs.zeros_outside_capture(need, dtype)
 
     def get(self, n_locks: int, n_scratch: int):
+        """``(locks, scratch)`` with room for ``n_locks`` counters and ``n_scratch`` floats."""
         cp = _cupy()
-        self.locks = self._grow(self.locks, max(n_locks, 1), cp.int32, zero=True)
-        self.scratch = self._grow(self.scratch, max(n_scratch, 4), cp.float32, zero=False)
-        return self.locks, self.scratch
+        with self.lock:
+            locks = self.locks = self._grow(self.locks, max(n_locks, 1), cp.int32, zero=True)
+            scratch = self.scratch = self._grow(self.scratch, max(n_scratch, 4), cp.float32,
+                                                zero=False)
+        return locks, scratch
 
     def permuted_x(self, m: int, k: int):
         """An ``[m, k]`` fp16 buffer for act-order's column permutation of ``x``."""
         cp = _cupy()
-        self.xperm = self._grow(self.xperm, max(m * k, 8), cp.float16, zero=False)
-        return self.xperm[:m * k].reshape(m, k)
+        with self.lock:
+            xperm = self.xperm = self._grow(self.xperm, max(m * k, 8), cp.float16, zero=False)
+        return xperm[:m * k].reshape(m, k)
+
+    def release(self):
+        """Drop the buffers (``release_workspaces``): a launch prepared for the fast path with
+        them no longer matches (``_fast_matmul`` compares them)."""
+        with self.lock:
+            self.locks = self.scratch = self.xperm = None
+            self.retired = []
+
+
+#: (device, stream handle) -> the ``_workspaces`` key of that stream's latest capture.
+_last_capture: dict = {}
 
 
 def workspace(stream=None, captured: bool | None = None) -> Workspace:
-    """The workspace of ``stream`` (default: CuPy's current stream) on the current device: the
-    one its graph captures use if ``captured`` (default: whether the stream captures now)."""
+    """The workspace of ``stream`` (default: CuPy's current stream) on the current device.
+
+    ``captured`` (default: whether the stream captures a graph now): the workspace of the
+    capture the stream takes part in. Each capture has its own (keyed by its id,
+    ``graphs.capture_id``), so graphs captured separately, on one stream or on torch's one
+    capture stream, never share counters and may be replayed at the same time. Asked with
+    ``captured=True`` once the capture has ended: that stream's latest capture's."""
     cp = _cupy()
     stream = stream if stream is not None else cp.cuda.get_current_stream()
-    if captured is None:
-        captured = graphs.is_capturing(stream)
-    key = (cp.cuda.Device().id, stream.ptr, bool(captured))
+    capture = None
+    if captured is None or captured:
+        capture = graphs.capture_id(stream)
+        captured = capture is not None if captured is None else True
+    device = cp.cuda.Device().id
     with _lock:
+        if not captured:
+            key = (device, stream.ptr, False)
+        elif capture is not None:
+            key = _last_capture[(device, stream.ptr)] = (device, stream.ptr, ("capture", capture))
+        else:
+            key = _last_capture.get((device, stream.ptr))
+            if key is None:
+                raise ValueError(f"stream {stream.ptr:#x} on device {device} has captured no "
+                                 f"graph with matmul (or its capture workspaces were released); "
+                                 f"ask with captured=True during or after a capture.")
         ws = _workspaces.get(key)
         if ws is None:
             ws = _workspaces[key] = Workspace(bool(captured))
     return ws
+
+
+def release_workspaces(stream=None, captures: bool = False) -> int:
+    """Drop the workspaces that ``matmul`` keeps per (device, stream), so that their memory
+    goes back to CuPy's pool (``cupy.get_default_memory_pool().free_all_blocks()`` returns it
+    to the device): ``stream``'s (a ``cupy.cuda.Stream``) on the current device, or, with
+    ``stream=None``, every stream's on every device. Returns how many were dropped.
+
+    Workspaces are otherwise kept for the life of the process, keyed by the stream's handle:
+    call this before destroying a stream you launched on, since CUDA may give a later stream
+    the same handle (it would inherit the workspace). The stream (or, with ``stream=None``,
+    every device that has workspaces) is synchronized first, so no launch still uses the
+    buffers; the next call on the stream allocates new ones. Graph captures' workspaces are
+    kept unless ``captures``: graphs replay with the buffers they were captured with, so pass
+    ``captures=True`` only once no graph captured with ``matmul`` will be replayed again."""
+    cp = _cupy()
+    if stream is not None:
+        _check_stream(stream)
+        stream.synchronize()
+        device = cp.cuda.Device().id
+        match = lambda dev, ptr: dev == device and ptr == stream.ptr     # noqa: E731
+    else:
+        with _lock:
+            devices = sorted({dev for dev, _, _ in _workspaces})
+        for dev in devices:
+            with cp.cuda.Device(dev):
+                cp.cuda.runtime.deviceSynchronize()
+        match = lambda dev, ptr: True                                     # noqa: E731
+    with _lock:
+        keys = [key for key in _workspaces
+                if match(key[0], key[1]) and (captures or key[2] is False)]
+        dropped = [_workspaces.pop(key) for key in keys]
+        for last, key in list(_last_capture.items()):
+            if key not in _workspaces:
+                del _last_capture[last]
+    for ws in dropped:
+        ws.release()
+    return len(dropped)
 
 
 def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma: bool = False):
@@ -337,6 +412,46 @@ def _as_cupy(x, name: str):
                      f"__cuda_array_interface__; got {type(x).__name__}.")
 
 
+def _stream_types(cp) -> tuple:
+    """CuPy's stream classes: ``Stream`` (``from_external``'s too, CuPy 14+) and, while CuPy
+    has it, ``ExternalStream``."""
+    external = getattr(cp.cuda, "ExternalStream", None)
+    return (cp.cuda.Stream,) if external is None else (cp.cuda.Stream, external)
+
+
+def _check_stream(stream):
+    """``stream`` must be a CuPy stream (or None): ``launch_stream_for`` and the fast path use
+    it as one (its handle, ``ptr``; its capture state)."""
+    cp = _cupy()
+    if not isinstance(stream, _stream_types(cp)):
+        raise ValueError(f"stream must be a CuPy stream (cupy.cuda.Stream) or None; got "
+                         f"{type(stream).__module__}.{type(stream).__qualname__}. For a torch "
+                         f"stream pass marlin_cupy.ops.cupy_stream_of(torch_stream) (or "
+                         f"cupy.cuda.ExternalStream(torch_stream.cuda_stream)), or stream=None: "
+                         f"torch tensors then run on torch's current stream.")
+
+
+def _scale_fma_option(scale_fma):
+    """``scale_fma`` as None, True or False (Python or NumPy bools), or ValueError: the paths
+    compare it by identity, so 0 or ``numpy.False_`` would act like None."""
+    if scale_fma is None or scale_fma is True or scale_fma is False:
+        return scale_fma
+    if isinstance(scale_fma, np.bool_):
+        return bool(scale_fma)
+    raise ValueError(f"scale_fma must be None, True or False; got {scale_fma!r} "
+                     f"({type(scale_fma).__name__}).")
+
+
+def _check_disjoint(x, out):
+    """``out`` must not share memory with ``x``: CTAs write their tiles of ``out`` while
+    others still read ``x``."""
+    x_lo, out_lo = x.data.ptr, out.data.ptr
+    if x.nbytes and out.nbytes and x_lo < out_lo + out.nbytes and out_lo < x_lo + x.nbytes:
+        raise ValueError(f"out overlaps x (x: {x.nbytes} bytes at {x_lo:#x}, out: "
+                         f"{out.nbytes} bytes at {out_lo:#x}): the kernel writes out while it "
+                         f"still reads x. Pass a separate out (or out=None).")
+
+
 def _check_gpu_array(a, name: str, dtype, shape):
     cp = _cupy()
     if a.dtype != dtype:
@@ -480,6 +595,10 @@ class _PlanCache:
 def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_zp: bool,
                    config: KernelConfig | None, max_ctas: int | None, pdl: bool = False,
                    fma_scales: bool = False) -> Plan:
+    if m < 1 or n < 1 or k < 1:
+        raise ValueError(f"M={m}, N={n}, K={k}: a launch needs all three positive (its grid "
+                         f"would have no CTAs). matmul launches nothing for M = 0 or N = 0 and "
+                         f"writes zeros for K = 0.")
     facts = device_facts(device_id)
     cfg = config if config is not None else choose_config(
         m, n, k, group_size, has_zp, facts["smem_optin"], facts["name"], facts["cc"],
@@ -573,10 +692,15 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     CUDA graphs: calls may be captured (``cupy.cuda.Stream.begin_capture`` or
     ``torch.cuda.graph``, ``pdl=True`` included) and the graph replayed on any stream, with no
     reset between replays: the kernel leaves its locks at zero. Under capture the locks and
-    partial sums come from a workspace kept for that stream's captures, zeroed outside the
-    graph and never freed (``marlin_cupy.graphs`` says what that guarantees, and what stays
-    the caller's: keep ``x``, ``out`` and the weight alive, and do not replay two graphs
-    captured on the same stream concurrently).
+    partial sums come from a workspace of that capture's own, zeroed outside the graph and
+    kept until ``release_workspaces(captures=True)`` (``marlin_cupy.graphs`` says what that
+    guarantees, and what stays the caller's: keep ``x``, ``out`` and the weight alive; graphs
+    captured separately may replay at the same time).
+
+    ``stream``: a CuPy stream (``cupy.cuda.Stream``; for a torch stream,
+    ``cupy_stream_of(torch_stream)``), or None. Eager launches on a stream use its workspace
+    (locks and partial sums), kept per stream until ``release_workspaces``. ``out`` must not
+    overlap ``x``. N = 0 gives an empty output and K = 0 zeros, with no launch (as M = 0).
 
     ``pdl=True`` (compute capability 9.0+) launches with programmatic dependent launch: the
     kernel may start while the previous kernel on the stream is still running, copies its first
@@ -608,6 +732,7 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     (``KernelConfig.wg_defer``) rounds differently; ``True``: as ``None``, but a weight whose
     scales do not allow it is an error instead of the two-step form.
     """
+    scale_fma = _scale_fma_option(scale_fma)
     if FAST_PATH:
         y = _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma)
         if y is not _MISS:
@@ -623,6 +748,9 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     is_torch = type(x).__module__.startswith("torch")
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
+    scale_fma = _scale_fma_option(scale_fma)
+    if stream is not None:
+        _check_stream(stream)
     try:
         launch_stream = launch_stream_for(x, stream)   # the first CUDA call of a first call
     except Exception as e:
@@ -670,6 +798,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         if out is not None:
             out_cp = _as_cupy(out, "out")
             _check_gpu_array(out_cp, "out", np.float16, lead + (n,))
+            _check_disjoint(x2, out_cp)
         else:
             out_cp = cp.empty(lead + (n,), dtype=cp.float16)
         has_zp = mw.zeros is not None
@@ -679,10 +808,16 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
                              "the unpacking (it needs symmetric weights whose scales all lie "
                              "below 2^-4 in magnitude; mw.fma_scales is False)")
         fma_scales = fma_scales and scale_fma is not False
-        plan = _plan(cp.cuda.Device().id, m, n, k, mw.group_size, has_zp, config, max_ctas,
-                     bool(pdl), fma_scales) if m else None
-        if m == 0:
+        if m == 0 or n == 0:
+            return out if out is not None else out_cp          # nothing to compute
+        if k == 0:
+            # x @ W over no rows of W is 0: zeros, on the launch stream, and no launch (its
+            # grid would have no CTAs).
+            cp.cuda.runtime.memsetAsync(out_cp.data.ptr, 0, out_cp.nbytes, launch_stream.ptr)
             return out if out is not None else out_cp
+        group_size = mw.group_size
+        plan = _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas,
+                     bool(pdl), fma_scales)
         ws = workspace(launch_stream, captured=capturing)
         if mw.perm is not None:
             # act-order: columns in group order. Under capture into the workspace's buffer,
@@ -706,9 +841,14 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         if FAST_PATH and not capturing and mw.perm is None and tmap is None:
             kind = _call_kind(x, out_arg, stream)
             if kind is not None:
+                # The weight as launched (the arrays in args, not read again from mw, which
+                # another thread may have changed since), in _arrays_of's form.
+                arrays = (_address(args[1]), _address(args[2]),
+                          _address(args[3]) if has_zp else None, None, group_size)
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
                                    pdl, config, max_ctas, scale_fma),
-                         mw, plan, ws, args, launch_stream.ptr, lead + (n,), bool(pdl))
+                         mw, arrays, plan, ws, locks, scratch, args, launch_stream.ptr,
+                         lead + (n,), bool(pdl))
     return out if out is not None else out_cp
 
 
@@ -719,11 +859,12 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
 #: shape of ``x``, whether ``out`` is given, and the options) matches one that this thread made
 #: before through every check reuses that call's plan, workspace and prepared arguments: it
 #: checks only what may differ between such calls (``x``'s and ``out``'s dtype, layout,
-#: alignment and device; the weight's arrays; the workspace's buffers; whether the stream
-#: captures a graph now) and launches through the driver with ``x``'s and ``out``'s addresses
-#: written into the prepared arguments. Any other call, and any of those checks that fails, goes
-#: through ``_matmul_checked``, which raises the same errors as always. False: every call takes
-#: that path (tests and ``scripts/host_probe.py`` compare the two; the results are the same bits).
+#: alignment, device and overlap; the stream's type; the weight's arrays, by address; the
+#: workspace's buffers; whether the stream captures a graph now) and launches through the
+#: driver with ``x``'s and ``out``'s addresses written into the prepared arguments. Any other
+#: call, and any of those checks that fails, goes through ``_matmul_checked``, which raises the
+#: same errors as always. False: every call takes that path (tests and
+#: ``scripts/host_probe.py`` compare the two; the results are the same bits).
 #: ``pdl=True`` calls launch through ``cuLaunchKernelEx`` with a prepared launch configuration.
 #: Not taken: graph captures, act-order weights, inputs other than CuPy arrays and torch
 #: tensors, torch tensors with an explicit ``stream``, and outputs of the other library.
@@ -738,12 +879,21 @@ class _Launch:
     """A launch prepared by ``_matmul_checked`` for the fast path: the kernel, its grid and its
     arguments as ctypes holders in ``launch`` (``x_arg`` and ``out_arg`` rewritten per call), and
     what must still hold for it to apply."""
-    __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "launch",
-                 "pdl", "x_arg", "out_arg")
+    __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "x_bytes",
+                 "out_bytes", "launch", "pdl", "x_arg", "out_arg")
+
+
+def _address(a):
+    """What a prepared launch holds of a device array: its address, shape and dtype."""
+    return None if a is None else (a.data.ptr, a.shape, a.dtype)
 
 
 def _arrays_of(mw) -> tuple:
-    return (id(mw.qweight), id(mw.scales), id(mw.zeros), id(mw.perm))
+    """The weight as a prepared launch sees it: its arrays' addresses (not their ids: a
+    replaced array's freed id is often the next array's, at another address), shapes and
+    dtypes, and its group size."""
+    return (_address(mw.qweight), _address(mw.scales), _address(mw.zeros), _address(mw.perm),
+            mw.group_size)
 
 
 def _call_kind(x, out, stream):
@@ -781,9 +931,12 @@ def _torch_stream_ptr(torch) -> int:
     return int(torch.cuda.current_stream().cuda_stream)
 
 
-def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bool):
-    """Remember the launch ``_matmul_checked`` just made, for the fast path: ``pdl=True``
-    launches are sent as prepared (``cuLaunchKernelEx``), the others through
+def _prepare(key, mw, arrays, plan, ws, locks, scratch, args, stream_ptr: int,
+             out_shape: tuple, pdl: bool):
+    """Remember the launch ``_matmul_checked`` just made of ``mw`` (whose arrays it launched
+    with are ``arrays``, ``_arrays_of``'s form) with ``ws``'s buffers ``locks`` and ``scratch``
+    (those it got, which another thread may have replaced since), for the fast path:
+    ``pdl=True`` launches are sent as prepared (``cuLaunchKernelEx``), the others through
     ``cuLaunchKernel`` with the same parameter array."""
     cache = getattr(_tls, "launches", None)
     if cache is None or len(cache) >= _FAST_MAX:
@@ -796,10 +949,12 @@ def _prepare(key, mw, plan, ws, args, stream_ptr: int, out_shape: tuple, pdl: bo
         return                        # no driver entry point: every call takes the checked path
     rec = _Launch()
     rec.weight = weakref.ref(mw)
-    rec.arrays = _arrays_of(mw)
-    rec.ws, rec.locks, rec.scratch = ws, ws.locks, ws.scratch
+    rec.arrays = arrays
+    rec.ws, rec.locks, rec.scratch = ws, locks, scratch
     rec.gen = _plan.generation
     rec.out_shape = out_shape
+    m, n, k = (int(v) for v in args[7:10])
+    rec.x_bytes, rec.out_bytes = 2 * m * k, 2 * m * n       # fp16 x [m, K] and out [m, N]
     rec.launch = _pdl.PreparedLaunch(plan.kernel.kernel.ptr, plan.grid, plan.threads, args,
                                      plan.smem, stream_ptr, pdl)
     rec.pdl = pdl
@@ -817,8 +972,12 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     if kind is None:
         return _MISS
     if kind == 0:
-        s = stream if stream is not None else cp.cuda.get_current_stream()
-        stream_ptr = s.ptr
+        if stream is None:
+            stream_ptr = cp.cuda.get_current_stream().ptr
+        elif isinstance(stream, _stream_types(cp)):
+            stream_ptr = stream.ptr
+        else:
+            return _MISS              # (_check_stream's error: checked path)
     else:
         torch = sys.modules["torch"]
         stream_ptr = _torch_stream_ptr(torch)
@@ -864,6 +1023,8 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         y_ptr = y.data_ptr()
     if x_ptr % 16 or y_ptr % 16:
         return _MISS
+    if out is not None and x_ptr < y_ptr + rec.out_bytes and y_ptr < x_ptr + rec.x_bytes:
+        return _MISS                  # out overlaps x (_check_disjoint's error: checked path)
     rec.x_arg.value = x_ptr
     rec.out_arg.value = y_ptr
     _send(rec)

@@ -286,3 +286,149 @@ def test_torch_calls_take_the_fast_path_on_torch_streams(checked_calls):
         mc.matmul(xt.float(), mw)
     with pytest.raises(ValueError):
         mc.matmul(xt, mw, out=out[:, :1024])
+
+
+def test_a_weight_array_replaced_twice_between_calls_is_read_anew(checked_calls):
+    """``mw.qweight = a; mw.qweight = b`` with no call between: b's header may take the id of
+    the prepared one (freed by the second assignment), which the fast path once compared; the
+    next call must read b, not the prepared address."""
+    mw = _weight(1024, 1536)
+    arena = cp.stack([mw.qweight] + [_weight(1024, 1536, seed=s).qweight for s in (7, 8)])
+    x = _x(16, 1024)
+    for trial in range(20):
+        mw.qweight = arena[0]
+        first = mc.matmul(x, mw)
+        mc.matmul(x, mw)                      # the fast path, prepared with arena[0]
+        mw.qweight = arena[1]
+        mw.qweight = arena[2]
+        got = mc.matmul(x, mw)
+        assert _same(got, _slow(x, mw)), f"trial {trial}: not x @ the weight's arena[2]"
+        assert not _same(got, first), f"trial {trial}: launched with arena[0]"
+
+
+@pytest.mark.parametrize("overlap", ["out_is_x", "rows_shared"])
+def test_out_overlapping_x_is_refused_on_both_paths(overlap, checked_calls):
+    """K == N, so ``out`` may be ``x`` or share rows with it: the kernel would write ``out``
+    while other CTAs still read ``x``. Refused on the checked path, and on the fast path (which
+    leaves the call to the checked path) after good calls prepared the launch."""
+    mw = _weight(1024, 1024)
+    buf = _x(32, 1024)
+    x = buf[:16]
+    out = x if overlap == "out_is_x" else buf[8:24]
+    with pytest.raises(ValueError, match="out overlaps x"):
+        mc.matmul(x, mw, out=out)
+    good = cp.empty((16, 1024), dtype=cp.float16)
+    mc.matmul(x, mw, out=good)
+    mc.matmul(x, mw, out=good)
+    before = checked_calls["n"]
+    with pytest.raises(ValueError, match="out overlaps x"):
+        mc.matmul(x, mw, out=out)
+    assert checked_calls["n"] - before == 1
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("k, n", [(1024, 0), (0, 1536)], ids=["n0", "k0"])
+def test_n_zero_gives_an_empty_output_and_k_zero_zeros(k, n, kind):
+    """No launch (its grid would have no CTAs): N = 0 an empty output, K = 0 zeros (x @ W
+    over no rows), into a fresh output and into a given one filled with NaN."""
+    mw = mc.MarlinWeight(cp.zeros((k // 16, 2 * n), cp.int32),
+                         cp.full((k // 128, n), 0.01, cp.float16), None, None, 4, 128, k, n)
+    x = _x(16, k)
+    out = cp.full((16, n), cp.nan, dtype=cp.float16)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        x, out = torch.from_dlpack(x), torch.from_dlpack(out)
+    y = mc.matmul(x, mw)
+    assert mc.matmul(x, mw, out=out) is out
+    if kind == "torch":
+        torch.cuda.synchronize()
+        y, out = cp.from_dlpack(y), cp.from_dlpack(out)
+    cp.cuda.get_current_stream().synchronize()
+    assert y.shape == (16, n)
+    assert not bool(y.any()) and not bool(out.any())     # NaN counts as non-zero
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_torch_marlin_linear_calls_take_the_fast_path(bias, checked_calls):
+    """``MarlinLinear`` passes the caller's ``stream`` (None here) through, so torch calls take
+    the fast path after the first; the bias is added on torch's current stream after them."""
+    torch = pytest.importorskip("torch")
+    mw = _weight(1024, 1536)
+    b = np.random.default_rng(3).standard_normal(1536).astype(np.float16) if bias else None
+    layer = mc.MarlinLinear(mw, bias=b)
+    x = _x(8, 1024)
+    want = _slow(x, mw)
+    if bias:
+        want += cp.asarray(b)
+    xt = torch.from_dlpack(x)
+    torch.cuda.synchronize()
+    before = checked_calls["n"]
+    ys = [layer(xt) for _ in range(3)]
+    torch.cuda.synchronize()
+    assert checked_calls["n"] - before == 1
+    assert all(_same(cp.from_dlpack(y), want) for y in ys)
+
+
+def test_a_torch_stream_is_refused_on_both_paths(checked_calls):
+    """A torch stream as ``stream=`` says what to pass (the checked path once blamed a graph
+    capture, the fast path raised AttributeError); what it says works."""
+    torch = pytest.importorskip("torch")
+    mw = _weight(1024, 1536)
+    x = _x(8, 1024)
+    side = torch.cuda.Stream()
+    with pytest.raises(ValueError, match=r"cupy_stream_of\(torch_stream\)"):
+        mc.matmul(x, mw, stream=side)
+    mc.matmul(x, mw)
+    mc.matmul(x, mw)                          # prepared: the fast path looks at the next call
+    with pytest.raises(ValueError, match=r"cupy_stream_of\(torch_stream\)"):
+        mc.matmul(x, mw, stream=side)
+    cp.cuda.get_current_stream().synchronize()
+    y = mc.matmul(x, mw, stream=ops.cupy_stream_of(side))
+    side.synchronize()
+    assert _same(y, _slow(x, mw))
+
+
+def test_release_workspaces_drops_a_streams_buffers_and_later_calls_start_anew(checked_calls):
+    mw = _weight(1024, 1536)
+    x = _x(16, 1024)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        want = mc.matmul(x, mw)
+        mc.matmul(x, mw)
+        old = ops.workspace(s)
+        assert ops.release_workspaces(s) == 1
+        before = checked_calls["n"]
+        y = mc.matmul(x, mw)                  # the prepared launch's buffers were released
+        y2 = mc.matmul(x, mw)                 # prepared again, with the new workspace
+        fresh = ops.workspace(s)
+    s.synchronize()
+    assert old.locks is None and old.scratch is None
+    assert fresh is not old and fresh.locks is not None
+    assert checked_calls["n"] - before == 1
+    assert _same(y, want) and _same(y2, want)
+    assert not bool(fresh.locks.any())
+
+
+def test_threads_on_one_stream_share_its_workspace_safely():
+    """Threads whose current stream is CuPy's default share that stream's workspace, and grow
+    it at once from small buffers: every launch must get room for its own counters and
+    partial sums (a thread once got another's smaller buffers)."""
+    shapes = [(16, 1024, 1024), (64, 4096, 4096), (128, 8192, 8192), (1, 2048, 4096)]
+    mws = [_weight(k, n, seed=i) for i, (_, k, n) in enumerate(shapes)]
+    xs = [_x(m, k, seed=i + 10) for i, (m, k, _) in enumerate(shapes)]
+    wants = [_slow(x, mw) for x, mw in zip(xs, mws)]
+    bad = []
+
+    def work(i):
+        for trial in range(5):
+            ops.release_workspaces(cp.cuda.Stream.null)  # small again: the next calls grow it
+            y = mc.matmul(xs[i], mws[i])
+            cp.cuda.Stream.null.synchronize()
+            if not _same(y, wants[i]):
+                bad.append((shapes[i], trial))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(shapes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

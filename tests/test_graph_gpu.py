@@ -6,9 +6,10 @@ Failure modes these guard (``marlin_cupy/graphs.py``; shared/research/user_repor
 and s.2.7): counters that a capture zeroed only inside the graph (the next eager launch or
 another graph hangs), temporaries freed after capture and handed to someone else while
 replays still write them (act-order's copy of ``x``, intermediates of a torch model), a
-workspace outgrown during capture and freed under an earlier graph, launches of a replay
-sharing counters with eager launches on another stream, and module loading or ``cudaMalloc``
-invalidating a capture in torch's global mode.
+workspace outgrown during capture and freed under a launch captured before, launches of a
+replay sharing counters with eager launches on another stream or with replays of a graph
+captured separately, and module loading or ``cudaMalloc`` invalidating a capture in torch's
+global mode.
 """
 import zlib
 
@@ -111,33 +112,77 @@ def test_cupy_capture_replays_the_eager_chain(m, pdl):
 
 
 @pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
-def test_capture_workspace_outgrown_keeps_earlier_graphs(pdl):
-    """A second capture on the same stream needs more locks and scratch than the first: the
-    first graph's buffers are kept, both graphs replay correctly, in any order."""
+def test_capture_workspace_outgrown_keeps_earlier_launches(pdl):
+    """Within one capture a later launch needs more locks and scratch than an earlier one: the
+    earlier launch's buffers are kept (the graph replays it with them), and replays give both
+    outputs. The next capture on the stream has a workspace of its own."""
     _need_pdl(pdl)
     small, big = _layers(21, LAYERS[:1]), _layers(22, ((4096, 8192, False, False),))
     s = cp.cuda.Stream(non_blocking=True)
-    graphs, xs, ys = [], [], []
     with s:
-        for mws, m in ((small, 1), (big, 200)):
+        xs = [cp.zeros((1, small[0].k), dtype=cp.float16),
+              cp.zeros((200, big[0].k), dtype=cp.float16)]
+        s.begin_capture()
+        ys = [_chain(xs[0], small, pdl)[-1], _chain(xs[1], big, pdl)[-1]]
+        graph = s.end_capture()
+    s.synchronize()
+    ws = ops.workspace(s, captured=True)
+    assert ws.retired, "the test no longer outgrows the workspace"
+    rng = np.random.default_rng(23)
+    for trial in range(3):
+        x_h = [rng.standard_normal(x.shape).astype(np.float16) for x in xs]
+        with s:
+            for x, h in zip(xs, x_h):
+                x[...] = cp.asarray(h)
+            graph.launch(stream=s)
+        s.synchronize()
+        for i, mws in enumerate((small, big)):
+            assert _same(ys[i], _eager(x_h[i], mws)[-1]), f"replay {trial}, layer set {i}"
+    assert int(cp.count_nonzero(ws.locks)) == 0
+    with s:
+        s.begin_capture()
+        _chain(xs[0], small, pdl)
+        s.end_capture()
+    s.synchronize()
+    assert ops.workspace(s, captured=True) is not ws
+
+
+def test_graphs_captured_separately_replay_at_the_same_time():
+    """Two graphs captured one after the other on one stream (``torch.cuda.graph`` captures
+    every graph on its one capture stream) have workspaces of their own: replayed at the same
+    time on two streams, each gives its eager output, round after round. Sharing counters,
+    the two launches' CTAs would hand partial sums to each other (one K-long layer on few
+    columns, so that many CTAs share each column)."""
+    mws = _layers(51, ((8192, 1024, False, False),))
+    m = 16
+    rng = np.random.default_rng(52)
+    s = cp.cuda.Stream(non_blocking=True)
+    xs, ys, captured, spaces = [], [], [], []
+    with s:
+        for _ in range(2):
             x = cp.zeros((m, mws[0].k), dtype=cp.float16)
             s.begin_capture()
-            ys.append(_chain(x, mws, pdl)[-1])
-            graphs.append(s.end_capture())
+            ys.append(_chain(x, mws, pdl=False)[-1])
+            captured.append(s.end_capture())
+            spaces.append(ops.workspace(s, captured=True))
             xs.append(x)
     s.synchronize()
-    assert ops.workspace(s, captured=True).retired, "the test no longer outgrows the workspace"
-    rng = np.random.default_rng(23)
-    for order in ((0, 1), (1, 0), (0, 0, 1, 1)):
-        for i in order:
-            x_h = rng.standard_normal(xs[i].shape).astype(np.float16)
-            with s:
-                xs[i][...] = cp.asarray(x_h)
-                graphs[i].launch(stream=s)
-            s.synchronize()
-            want = _eager(x_h, small if i == 0 else big)[-1]
-            assert _same(ys[i], want), f"graph {i} in order {order}"
-    assert int(cp.count_nonzero(ops.workspace(s, captured=True).locks)) == 0
+    assert spaces[0] is not spaces[1]
+    assert spaces[0].locks.data.ptr != spaces[1].locks.data.ptr
+    replay = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    for trial in range(20):
+        x_h = [rng.standard_normal(x.shape).astype(np.float16) for x in xs]
+        with s:
+            for x, h in zip(xs, x_h):
+                x[...] = cp.asarray(h)
+        s.synchronize()
+        for graph, stream in zip(captured, replay):
+            graph.launch(stream=stream)
+        for stream in replay:
+            stream.synchronize()
+        for i in range(2):
+            assert _same(ys[i], _eager(x_h[i], mws)[-1]), f"round {trial}, graph {i}"
+    assert all(int(cp.count_nonzero(ws.locks)) == 0 for ws in spaces)
 
 
 def test_replays_beside_eager_calls_on_the_capture_stream():

@@ -1,5 +1,7 @@
 """jit: the arch-specific (sm_90a) build path, checked without a GPU by standing in for CuPy."""
+import os
 import sys
+import threading
 import types
 
 import pytest
@@ -26,6 +28,7 @@ def fake_cupy(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "cupy.cuda.nvrtc", nvrtc)
     monkeypatch.setenv("MARLIN_CUPY_CACHE", str(tmp_path))
     monkeypatch.setattr(jit, "_modules", {})
+    monkeypatch.setattr(jit, "cuda_include_dir", lambda: "/cuda/include")
     compiled = []
 
     def compile_offline(source, arch, options=(), name="kernel.cu"):
@@ -59,3 +62,59 @@ def test_without_suffix_cupy_compiles_from_source(fake_cupy):
     jit.load_module("extern \"C\" __global__ void k() {}")
     assert compiled == [] and built[-1]["code"] and built[-1]["path"] is None
     assert built[-1]["options"][: len(jit.BASE_OPTIONS)] == jit.BASE_OPTIONS
+
+
+def test_a_change_of_any_nvrtc_option_builds_another_cubin(fake_cupy, monkeypatch):
+    """The cubin cache's key holds every option NVRTC gets, ``BASE_OPTIONS`` and the CUDA
+    headers' folder included: a cubin built with other options is never loaded."""
+    built, compiled, _ = fake_cupy
+    src = "extern \"C\" __global__ void k() {}"
+    paths = []
+
+    def build():
+        jit._modules.clear()                  # a new process
+        jit.load_module(src, arch_suffix="a")
+        paths.append(built[-1]["path"])
+    build()
+    monkeypatch.setattr(jit, "BASE_OPTIONS", ("-std=c++20", "--generate-line-info"))
+    build()
+    monkeypatch.setattr(jit, "cuda_include_dir", lambda: "/other/cuda/include")
+    build()
+    build()                                   # nothing changed: the cache answers
+    assert len(set(paths)) == 3 and paths[2] == paths[3]
+    assert compiled == ["sm_90a"] * 3
+
+
+def test_threads_compiling_one_kernel_write_the_cubin_each_through_its_own_file(fake_cupy,
+                                                                               monkeypatch):
+    """Two threads that miss the cache at once both compile and write the cubin. Each renames a
+    temporary file of its own into place: with one name per process, the second rename found
+    no file (FileNotFoundError), and the second writer could still be writing the file the
+    first had renamed into place. The renames wait until both files are written."""
+    built, compiled, cache = fake_cupy
+    both_written = threading.Barrier(2)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        try:
+            both_written.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+        real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", replace)
+    errors, paths = [], []
+
+    def compile_kernel():
+        try:
+            paths.append(jit._arch_cubin("extern \"C\" __global__ void k() {}", (), "a"))
+        except Exception as e:                # noqa: BLE001  (reported below)
+            errors.append(repr(e))
+    threads = [threading.Thread(target=compile_kernel) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert compiled == ["sm_90a"] * 2         # both missed the cache
+    assert len(set(paths)) == 1 and paths[0].read_bytes() == b"\x7fELF cubin for sm_90a"
+    assert sorted(f.name for f in paths[0].parent.iterdir()) == [paths[0].name]

@@ -42,3 +42,15 @@ def test_the_layer_passes_pdl_and_its_config_to_matmul(matmul_calls, pdl):
     assert call.get("config") is cfg
     assert call["x"] is x and call["mw"] is layer.weight
     assert call.get("out") is out and call.get("stream") is stream
+
+
+def test_without_a_stream_the_layer_leaves_the_choice_to_matmul(matmul_calls, monkeypatch):
+    """``stream=None`` reaches ``matmul`` as None: it then picks the stream itself (torch's
+    current one for torch tensors) and torch calls may take its fast path, which an explicit
+    ``stream=`` excludes for torch. The layer used to pass ``launch_stream_for``'s stream."""
+    monkeypatch.setattr(ops, "launch_stream_for", lambda x, stream=None: "the launch stream")
+    w = np.random.default_rng(0).standard_normal((256, 128)).astype(np.float32) * 0.02
+    layer = mc.MarlinLinear.from_float(w)
+    assert layer(object()) == "y"
+    assert len(matmul_calls) == 1
+    assert matmul_calls[0].get("stream", "missing") is None

@@ -1,0 +1,467 @@
+"""The launch side of ``matmul``, checked without a GPU: what the checked path refuses before it
+launches (a stream that is not CuPy's, ``out`` overlapping ``x``, a ``scale_fma`` that is not a
+bool), what it does without a launch (N = 0, K = 0), what the fast path must never send (a
+launch prepared with a weight array or workspace buffer that has since been replaced), and the
+workspaces (one per stream and per graph capture, safe to share between threads, released on
+request).
+
+Device arrays are CuPy array headers over made-up addresses (``_device_array``): the code
+under test reads their addresses, shapes and dtypes, never their data. The CUDA calls it would
+make are stood in for by recorders.
+"""
+import ctypes
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from marlin_cupy import graphs, ops, weights
+from marlin_cupy.weights import MarlinWeight
+
+cp = pytest.importorskip("cupy")
+
+K, N, M = 256, 128, 16
+STREAM = 0x5A                    # the launch stream's handle
+
+
+def _device_array(address, shape, dtype):
+    """A CuPy array of ``shape`` at device ``address``; no GPU is touched."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    memory = cp.cuda.UnownedMemory(address, nbytes, None, 0)
+    return cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(memory, 0))
+
+
+def _weight(k=K, n=N, group_size=128, qweight=None):
+    """A 4-bit symmetric MarlinWeight on the (made-up) device."""
+    g = 1 if group_size == -1 else k // group_size
+    if qweight is None:
+        qweight = _device_array(0x1000000, (k // 16, 2 * n), np.int32)
+    return MarlinWeight(qweight, _device_array(0x2000000, (g, n), np.float16), None, None, 4,
+                        group_size, k, n)
+
+
+class FakeStream:
+    """Stands in for the CuPy stream ``launch_stream_for`` gives: a handle and a context."""
+    ptr = STREAM
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class TorchLikeStream:
+    """What a torch.cuda.Stream offers: a handle as ``cuda_stream``, no ``ptr``."""
+    cuda_stream = STREAM
+
+
+@pytest.fixture(autouse=True)
+def _scales_checked_on_the_host(monkeypatch):
+    """``MarlinWeight`` reduces its scales on the device (``fma_scales``); these say True."""
+    monkeypatch.setattr(weights, "scales_fit_fma", lambda scales: True)
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """``_matmul_checked`` up to its plan, on device 0 and stream ``STREAM``: the plans it asks
+    for (``planned``, and ``Planned`` raised instead of a plan) and the memsets it enqueues
+    (``memsets``: address, value, bytes, stream)."""
+    record = types.SimpleNamespace(planned=[], memsets=[])
+
+    def plan(*args):
+        record.planned.append(args)
+        raise Planned(args)
+
+    shim = types.SimpleNamespace(
+        ndarray=cp.ndarray, float16=cp.float16,
+        empty=lambda shape, dtype: _device_array(0x7000000, shape, dtype),
+        cuda=types.SimpleNamespace(
+            Device=lambda *a: types.SimpleNamespace(id=0),
+            Stream=cp.cuda.Stream, ExternalStream=cp.cuda.ExternalStream,
+            runtime=types.SimpleNamespace(
+                memsetAsync=lambda *args: record.memsets.append(args))))
+    monkeypatch.setattr(ops, "_cupy", lambda: shim)
+    monkeypatch.setattr(ops, "launch_stream_for", lambda x, stream=None: FakeStream())
+    monkeypatch.setattr(graphs, "is_capturing", lambda stream: False)
+    monkeypatch.setattr(ops, "_plan", plan)
+    return record
+
+
+class Planned(Exception):
+    """``_matmul_checked`` asked for a plan (the recorder stops the call there)."""
+
+
+def _checked(x, mw, out=None, stream=None, scale_fma=None):
+    return ops._matmul_checked(x, mw, out, None, stream, None, False, scale_fma)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs the checked path refuses before it launches
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shift", [0, 2 * M * N - 16, -(2 * M * K - 16)],
+                         ids=["out_is_x", "out_ends_in_x", "out_starts_in_x"])
+def test_out_overlapping_x_is_refused(checked, shift):
+    """The kernel writes ``out`` while other CTAs still read ``x``; K == N so that ``out`` may
+    be ``x`` itself."""
+    mw = _weight(k=K, n=K)
+    x = _device_array(0x4000000, (M, K), np.float16)
+    out = _device_array(0x4000000 - shift, (M, K), np.float16)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        _checked(x, mw, out)
+    assert checked.planned == []
+
+
+def test_out_just_after_x_is_accepted(checked):
+    mw = _weight()
+    x = _device_array(0x4000000, (M, K), np.float16)
+    out = _device_array(0x4000000 + 2 * M * K, (M, N), np.float16)
+    with pytest.raises(Planned):
+        _checked(x, mw, out)
+
+
+def test_a_torch_stream_is_refused_with_what_to_pass(checked):
+    """A torch stream used to reach ``graphs.is_capturing``, whose error speaks of a graph
+    capture; the fast path raised AttributeError. Both paths now say what to pass."""
+    mw = _weight()
+    x = _device_array(0x4000000, (M, K), np.float16)
+    with pytest.raises(ValueError, match=r"cupy_stream_of\(torch_stream\).*ExternalStream"):
+        _checked(x, mw, stream=TorchLikeStream())
+    assert checked.planned == []
+
+
+@pytest.mark.parametrize("bad", [0, 1, "no", 0.0])
+def test_a_scale_fma_that_is_not_a_bool_is_refused(checked, bad):
+    """0 is not False (it used to act like None), nor 1 True."""
+    x = _device_array(0x4000000, (M, K), np.float16)
+    with pytest.raises(ValueError, match=r"scale_fma must be None, True or False; got"):
+        _checked(x, _weight(), scale_fma=bad)
+    with pytest.raises(ValueError, match=r"scale_fma must be None, True or False; got"):
+        ops.matmul(x, _weight(), scale_fma=bad)
+
+
+@pytest.mark.parametrize("given, fused", [(None, True), (True, True), (np.True_, True),
+                                          (False, False), (np.False_, False)])
+def test_scale_fma_bools_of_numpy_are_bools(checked, given, fused):
+    """The plan gets ``fma_scales`` (its last argument): the weight allows the fused form
+    (``_scales_checked_on_the_host``), so only False forbids it."""
+    x = _device_array(0x4000000, (M, K), np.float16)
+    with pytest.raises(Planned) as info:
+        _checked(x, _weight(), scale_fma=given)
+    assert info.value.args[0][-1] is fused
+
+
+# ---------------------------------------------------------------------------------------------
+# N = 0 and K = 0: no launch
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("given_out", [False, True], ids=["new_out", "given_out"])
+def test_n_zero_gives_an_empty_output_without_a_plan(checked, given_out):
+    mw = _weight(n=0)
+    x = _device_array(0x4000000, (2, M, K), np.float16)
+    out = _device_array(0x5000000, (2, M, 0), np.float16) if given_out else None
+    y = _checked(x, mw, out)
+    assert y.shape == (2, M, 0)
+    assert y is out or not given_out
+    assert checked.planned == [] and checked.memsets == []
+
+
+@pytest.mark.parametrize("given_out", [False, True], ids=["new_out", "given_out"])
+def test_k_zero_gives_zeros_without_a_plan(checked, given_out):
+    """x @ W over no rows of W is 0: the output is cleared on the launch stream."""
+    mw = _weight(k=0)
+    x = _device_array(0x4000000, (M, 0), np.float16)
+    out = _device_array(0x5000000, (M, N), np.float16) if given_out else None
+    y = _checked(x, mw, out)
+    assert y.shape == (M, N)
+    assert checked.planned == []
+    assert checked.memsets == [(y.data.ptr, 0, 2 * M * N, STREAM)]
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 0, 4096), (1, 4096, 0), (0, 4096, 4096)])
+def test_a_plan_of_an_empty_problem_is_refused(m, n, k):
+    """Its grid would have no CTAs (the review's plans had grid 0); refused before the device
+    is asked anything."""
+    with pytest.raises(ValueError, match=rf"M={m}, N={n}, K={k}: a launch needs all three"):
+        ops._plan_uncached(0, m, n, k, 128 if k else -1, False, None, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path never sends a stale launch
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def fast(monkeypatch):
+    """The fast path on device 0, no stream capturing: ``fast.sent`` holds the ``(x, out)``
+    addresses of every launch it sends; ``fast.prepare(mw, x, out)`` stores the launch that
+    ``_matmul_checked`` would leave after launching ``x @ mw`` into ``out`` on the null
+    stream."""
+    sent = []
+    monkeypatch.setattr(ops, "_cu_launch_kernel", lambda: None)
+    monkeypatch.setattr(ops, "_send", lambda rec: sent.append((rec.x_arg.value,
+                                                               rec.out_arg.value)))
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cp.cuda.runtime, "streamIsCapturing", lambda ptr: 0)
+    monkeypatch.setattr(ops._tls, "launches", {}, raising=False)
+    stream = cp.cuda.Stream.null
+    plan = types.SimpleNamespace(kernel=types.SimpleNamespace(
+        kernel=types.SimpleNamespace(ptr=0xF00)), grid=132, threads=256, smem=1024)
+
+    def prepare(mw, x, out, ws=None, locks=None, scratch=None):
+        ws = ws if ws is not None else ops.Workspace()
+        if locks is None:
+            locks = ws.locks = _device_array(0x9000000, (132,), np.int32)
+            scratch = ws.scratch = _device_array(0xA000000, (4096,), np.float32)
+        m, k = x.shape
+        args = (x, mw.qweight, mw.scales, mw.scales, out, scratch, locks, np.int32(m),
+                np.int32(mw.n), np.int32(k), np.int32(1))
+        arrays = (ops._address(mw.qweight), ops._address(mw.scales), None, None,
+                  mw.group_size)
+        ops._prepare(ops._fast_key(0, 0, stream.ptr, mw, x, out, False, None, None, None),
+                     mw, arrays, plan, ws, locks, scratch, args, stream.ptr, (m, mw.n), False)
+
+    def call(x, mw, out, call_stream=stream, scale_fma=None):
+        return ops._fast_matmul(x, mw, out, None, call_stream, None, False, scale_fma)
+    return types.SimpleNamespace(sent=sent, prepare=prepare, call=call, stream=stream)
+
+
+def test_the_fast_path_sends_a_prepared_launch_with_the_new_addresses(fast):
+    """The harness itself: a call like the prepared one is sent, with its own x and out."""
+    mw = _weight()
+    fast.prepare(mw, _device_array(0x4000000, (M, K), np.float16),
+                 _device_array(0x5000000, (M, N), np.float16))
+    x, out = (_device_array(0x4100000, (M, K), np.float16),
+              _device_array(0x5100000, (M, N), np.float16))
+    assert fast.call(x, mw, out) is out
+    assert fast.sent == [(0x4100000, 0x5100000)]
+
+
+def test_a_weight_array_replaced_twice_between_calls_is_never_launched_at_its_old_address(fast):
+    """``mw.qweight = a; mw.qweight = b``: b's header often takes the id of a's, freed by the
+    second assignment, so ids cannot tell the arrays apart; the prepared launch holds a's
+    address and must not be sent with b in the weight."""
+    arena = _device_array(0x1000000, (3, K // 16, 2 * N), np.int32)
+    mw = _weight(qweight=arena[0])
+    x, out = (_device_array(0x4000000, (M, K), np.float16),
+              _device_array(0x5000000, (M, N), np.float16))
+    reused = 0
+    for trial in range(200):
+        mw.qweight = arena[0]
+        fast.prepare(mw, x, out)
+        prepared_id = id(mw.qweight)
+        assert fast.call(x, mw, out) is out                  # unchanged: sent
+        mw.qweight = arena[1]           # frees the prepared header ...
+        mw.qweight = arena[2]           # ... whose id the next header may take
+        reused += id(mw.qweight) == prepared_id
+        assert fast.call(x, mw, out) is ops._MISS, f"trial {trial}: sent with a stale weight"
+    assert len(fast.sent) == 200
+    assert reused, "no header took a freed id: the test no longer shows the hazard"
+
+
+def test_a_group_size_changed_in_place_is_not_launched_with_the_old_plan(fast):
+    """K = 128: group_size 128 and -1 both have one group, so the weight accepts the change;
+    the plan (group_blocks) does not."""
+    mw = _weight(k=128)
+    x, out = (_device_array(0x4000000, (M, 128), np.float16),
+              _device_array(0x5000000, (M, N), np.float16))
+    fast.prepare(mw, x, out)
+    mw.group_size = -1
+    assert fast.call(x, mw, out) is ops._MISS
+    assert fast.sent == []
+
+
+@pytest.mark.parametrize("shift", [0, 2 * M * N - 16, -(2 * M * K - 16)],
+                         ids=["out_is_x", "out_ends_in_x", "out_starts_in_x"])
+def test_the_fast_path_leaves_out_overlapping_x_to_the_checked_path(fast, shift):
+    mw = _weight(k=K, n=K)
+    fast.prepare(mw, _device_array(0x4000000, (M, K), np.float16),
+                 _device_array(0x5000000, (M, K), np.float16))
+    x = _device_array(0x6000000, (M, K), np.float16)
+    out = _device_array(0x6000000 - shift, (M, K), np.float16)
+    assert fast.call(x, mw, out) is ops._MISS
+    assert fast.sent == []
+
+
+def test_the_fast_path_leaves_a_torch_stream_to_the_checked_path(fast):
+    """(It raised AttributeError: a torch stream has no ``ptr``.)"""
+    mw = _weight()
+    x, out = (_device_array(0x4000000, (M, K), np.float16),
+              _device_array(0x5000000, (M, N), np.float16))
+    fast.prepare(mw, x, out)
+    assert fast.call(x, mw, out, call_stream=TorchLikeStream()) is ops._MISS
+    assert fast.sent == []
+
+
+def test_a_launch_prepared_with_since_replaced_buffers_is_never_sent(fast):
+    """``_prepare`` keeps the buffers the launch used (another thread may have grown the
+    workspace meanwhile, as ``ws`` below): the fast path sees that they are no longer the
+    workspace's and goes through the checked path."""
+    mw = _weight()
+    x, out = (_device_array(0x4000000, (M, K), np.float16),
+              _device_array(0x5000000, (M, N), np.float16))
+    ws = ops.Workspace()
+    used_locks = _device_array(0x9000000, (132,), np.int32)
+    used_scratch = _device_array(0xA000000, (4096,), np.float32)
+    ws.locks = _device_array(0x9100000, (264,), np.int32)         # grown by another thread
+    ws.scratch = _device_array(0xA100000, (8192,), np.float32)
+    fast.prepare(mw, x, out, ws, used_locks, used_scratch)
+    rec = next(iter(ops._tls.launches.values()))
+    assert rec.locks is used_locks and rec.scratch is used_scratch
+    assert fast.call(x, mw, out) is ops._MISS
+    assert fast.sent == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Workspaces
+# ---------------------------------------------------------------------------------------------
+def test_threads_sharing_a_workspace_each_get_room_for_their_own_launch(monkeypatch):
+    """Two threads on one stream grow its workspace at once (both saw the 50-counter buffers):
+    the one that needs 200 must get buffers of at least 200, whichever assignment lands last.
+    The stand-in allocator lets both threads into their allocations together when it can (and
+    goes on alone after a timeout, as it must when the workspace's lock holds the other
+    thread back); then the 100-thread assigns its locks after the 200-thread's."""
+    together = threading.Barrier(2)
+    big_assigned = threading.Event()
+
+    def zeros(n, dtype):                  # the locks' allocation
+        try:
+            together.wait(timeout=0.5)
+        except threading.BrokenBarrierError:
+            pass
+        if n == 100:
+            big_assigned.wait(timeout=0.5)
+        return np.zeros(n, dtype)
+
+    def empty(n, dtype):                  # the scratch's, after the locks were assigned
+        if n == 200:
+            big_assigned.set()
+            threading.Event().wait(0.2)   # the 100-thread assigns its locks meanwhile
+        return np.empty(n, dtype)
+    shim = types.SimpleNamespace(int32=np.int32, float32=np.float32, zeros=zeros, empty=empty)
+    monkeypatch.setattr(ops, "_cupy", lambda: shim)
+    ws = ops.Workspace()
+    ws.locks, ws.scratch = np.zeros(50, np.int32), np.empty(50, np.float32)
+    got = {}
+
+    def launch(n):
+        locks, scratch = ws.get(n, n)
+        got[n] = (locks.size, scratch.size)
+    threads = [threading.Thread(target=launch, args=(n,)) for n in (200, 100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got[200][0] >= 200 and got[200][1] >= 200, got
+    assert got[100][0] >= 100 and got[100][1] >= 100, got
+
+
+@pytest.fixture
+def stream_table(monkeypatch):
+    """An empty workspace table on device 0, streams standing in as ``Stream(ptr, capture)``
+    (``capture``: the id of the capture it takes part in, or None), and the CUDA calls that
+    ``release_workspaces`` makes recorded in ``synced``."""
+    synced = []
+    current = [0]                         # the current device
+
+    class Stream:
+        def __init__(self, ptr, capture=None):
+            self.ptr, self.capture = ptr, capture
+
+        def synchronize(self):
+            synced.append(("stream", self.ptr))
+
+    class Device:
+        def __init__(self, dev=None):
+            self.id = current[-1] if dev is None else dev
+
+        def __enter__(self):
+            current.append(self.id)
+
+        def __exit__(self, *exc):
+            current.pop()
+    shim = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Device=Device, Stream=Stream, ExternalStream=Stream,
+        get_current_stream=lambda: Stream(0),
+        runtime=types.SimpleNamespace(
+            deviceSynchronize=lambda: synced.append(("device", current[-1])))))
+    monkeypatch.setattr(ops, "_cupy", lambda: shim)
+    monkeypatch.setattr(graphs, "is_capturing", lambda s: s.capture is not None)
+    monkeypatch.setattr(graphs, "capture_id", lambda s: s.capture)
+    monkeypatch.setattr(ops, "_workspaces", {})
+    monkeypatch.setattr(ops, "_last_capture", {}, raising=False)
+    return types.SimpleNamespace(Stream=Stream, synced=synced)
+
+
+def test_each_graph_capture_has_a_workspace_of_its_own(stream_table):
+    """torch.cuda.graph captures every graph on one stream: graphs captured there separately
+    must not share counters, or replaying them at once races."""
+    s = stream_table.Stream(STREAM)
+    eager = ops.workspace(s)
+    s.capture = 7
+    first = ops.workspace(s)
+    assert ops.workspace(s) is first                  # the same capture: the same workspace
+    s.capture = 8
+    second = ops.workspace(s)
+    s.capture = None
+    assert ops.workspace(s) is eager
+    assert ops.workspace(s, captured=True) is second  # after the capture: the latest one's
+    assert first is not second and eager not in (first, second)
+    assert first.captured and second.captured and not eager.captured
+
+
+def test_capture_workspace_of_a_stream_that_never_captured_is_an_error(stream_table):
+    with pytest.raises(ValueError, match="has captured no graph with matmul"):
+        ops.workspace(stream_table.Stream(STREAM), captured=True)
+
+
+def test_release_workspaces_drops_one_streams_or_all_after_synchronizing(stream_table):
+    Stream, synced = stream_table.Stream, stream_table.synced
+    s, t = Stream(STREAM), Stream(0x6B)
+    ws_s, ws_t = ops.workspace(s), ops.workspace(t)
+    s.capture = 3
+    ws_g = ops.workspace(s)
+    s.capture = None
+    ops._workspaces[(1, STREAM, False)] = ws_other_device = ops.Workspace()
+    for ws in (ws_s, ws_t, ws_g, ws_other_device):
+        ws.locks = np.zeros(4, np.int32)
+    assert ops.release_workspaces(s) == 1
+    assert synced == [("stream", STREAM)]
+    assert ws_s.locks is None and ws_t.locks is not None and ws_g.locks is not None
+    fresh = ops.workspace(s)                    # a stream with that handle starts anew
+    assert fresh is not ws_s and fresh.locks is None
+    synced.clear()
+    assert ops.release_workspaces() == 3        # fresh, t's and device 1's; not the capture's
+    assert sorted(synced) == [("device", 0), ("device", 1)]
+    assert ws_t.locks is None and ws_other_device.locks is None and ws_g.locks is not None
+    assert ops.workspace(s, captured=True) is ws_g
+    assert ops.release_workspaces(captures=True) == 1
+    assert ws_g.locks is None and ops._workspaces == {}
+    with pytest.raises(ValueError, match="has captured no graph"):
+        ops.workspace(s, captured=True)
+
+
+def test_release_workspaces_refuses_a_torch_stream(stream_table):
+    with pytest.raises(ValueError, match="stream must be a CuPy stream"):
+        ops.release_workspaces(TorchLikeStream())
+
+
+def test_capture_id_asks_the_driver_with_the_optional_outputs_null(monkeypatch):
+    """``graphs.capture_id`` through a stand-in with the driver's longest signature (a real
+    foreign call): the id it writes comes back; a stream that captures nothing is not asked."""
+    asked = []
+    vp = ctypes.c_void_p
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, vp, ctypes.POINTER(ctypes.c_int),
+                             ctypes.POINTER(ctypes.c_uint64), vp, vp, vp, vp)
+
+    def driver(stream, status, ident, graph, deps, edges, count):
+        asked.append((stream, graph, deps, edges, count))
+        status[0] = graphs.CU_STREAM_CAPTURE_STATUS_ACTIVE
+        ident[0] = 0x1234_5678_9ABC
+        return 0
+    fake = proto(driver)
+    monkeypatch.setattr(graphs, "_capture_info", lambda: fake)
+    capturing = types.SimpleNamespace(ptr=STREAM, is_capturing=lambda: True)
+    idle = types.SimpleNamespace(ptr=STREAM, is_capturing=lambda: False)
+    assert graphs.capture_id(capturing) == 0x1234_5678_9ABC
+    assert asked == [(STREAM, None, None, None, None)]
+    assert graphs.capture_id(idle) is None
+    assert len(asked) == 1
