@@ -120,6 +120,20 @@ BOUNDED_PRODUCERS = tuple(c for c in PRODUCER_EXAMPLES
                           if c.producer_registers is not None or _launch_bound(c) < 255)
 
 
+def _spy_workspace_streams(monkeypatch) -> list:
+    """The handle of the stream of every ``ops.workspace`` call from here on (the locks and
+    scratch a launch takes are its stream's), in a list that fills as the calls come."""
+    from marlin_cupy import ops
+    used = []
+    real_workspace = ops.workspace
+
+    def recording(stream=None, captured=None):
+        used.append(stream.ptr)
+        return real_workspace(stream, captured)
+    monkeypatch.setattr(ops, "workspace", recording)
+    return used
+
+
 def _skip_unless_runs(cfg, has_zp=False):
     """Skip, saying why, when this device cannot run the instance."""
     from marlin_cupy.ops import device_facts
@@ -570,7 +584,7 @@ class TestDeterminismAndWorkspace:
         a kernel launched anywhere else (CuPy's current stream, which does not wait for the
         non-blocking ``s``) would read it unwritten; and the locks and scratch are ``s``'s
         (``ops.workspace``)."""
-        from marlin_cupy import jit, ops
+        from marlin_cupy import jit
         rng = np.random.default_rng(13)
         qw = make_weight(rng, 512, 256, 128)
         mw = mc.pack(qw).to_device()
@@ -579,13 +593,7 @@ class TestDeterminismAndWorkspace:
         mc.matmul(x_src, mw)         # compiled and planned: the call below launches at once
         spin = jit.load_module(jit.expand_source("timing.cu")).get_function("spin_ns")
         cp.cuda.get_current_stream().synchronize()
-        used = []
-        real_workspace = ops.workspace
-
-        def recording(stream=None, captured=None):
-            used.append(stream.ptr)
-            return real_workspace(stream, captured)
-        monkeypatch.setattr(ops, "workspace", recording)
+        used = _spy_workspace_streams(monkeypatch)
         s = cp.cuda.Stream(non_blocking=True)
         with s:
             x = cp.zeros_like(x_src)
@@ -695,7 +703,6 @@ class TestInterop:
         for that stream (torch's allocator) and right once that stream is done. The launch
         takes the locks and scratch of its stream (``ops.workspace``): ``s`` if given, else
         torch's current stream."""
-        from marlin_cupy import ops
         torch = pytest.importorskip("torch")
         rng = np.random.default_rng(14)
         qw = make_weight(rng, 512, 256, 128)
@@ -704,13 +711,7 @@ class TestInterop:
         xt = torch.from_numpy(x_h).cuda()
         torch.cuda.synchronize()
         s = cp.cuda.Stream(non_blocking=True) if given else None
-        used = []
-        real_workspace = ops.workspace
-
-        def recording(stream=None, captured=None):
-            used.append(stream.ptr)
-            return real_workspace(stream, captured)
-        monkeypatch.setattr(ops, "workspace", recording)
+        used = _spy_workspace_streams(monkeypatch)
         yt = mc.matmul(xt, mw, stream=s)
         assert used == [s.ptr if given else torch.cuda.current_stream().cuda_stream]
         assert isinstance(yt, torch.Tensor) and yt.is_cuda and yt.dtype == torch.float16
