@@ -748,7 +748,6 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     is_torch = type(x).__module__.startswith("torch")
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
-    scale_fma = _scale_fma_option(scale_fma)
     if stream is not None:
         _check_stream(stream)
     try:
