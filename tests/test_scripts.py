@@ -954,3 +954,33 @@ def test_offset_precision_activation_kinds():
     assert rms[~loud].max() < 2.0
     with pytest.raises(ValueError, match="unknown activation kind"):
         op.activations("uniform", 2, 8, rng)
+
+
+def test_order_check_reads_the_order_and_compares_the_means():
+    """order_check: the order comes from the record's providers field (unavailable providers
+    do not count), and the change is last's mean speedup against first's."""
+    oc = _load("order_check")
+
+    def record(names, speedup, unavailable=()):
+        provs = {n: {"provider": n, "available": n not in unavailable} for n in names}
+        summary = [{"set": "s", "label": "marlin", "provider": "marlin", "m": 1,
+                    "summed_speedup": speedup, "time_us": 10.0, "baseline_us": 10.0 * speedup},
+                   {"set": "s", "label": "marlin", "provider": "marlin", "m": 2,
+                    "summed_speedup": None, "time_us": 1.0, "baseline_us": None}]
+        return {"providers": provs, "summary": summary, "clocks": {}, "method": {}}
+
+    first = record(["marlin", "cublas-fp16", "torch-fp16"], 2.0)
+    last = record(["torch-int4", "cublas-fp16", "torch-fp16", "marlin"], 2.2)
+    last_off = record(["cublas-fp16", "marlin", "torch-fp16"], 2.1, unavailable=("torch-fp16",))
+    mixed = record(["cublas-fp16", "marlin", "torch-fp16"], 9.0)
+    assert [oc.order_of(r) for r in (first, last, last_off, mixed)] == ["first", "last", "last", "mixed"]
+    res = oc.compare([first, last, last_off, mixed])
+    row = res["table"][("s", 1)]
+    assert row["mean_first"] == pytest.approx(2.0)
+    assert row["mean_last"] == pytest.approx(2.15)
+    assert row["change_pct"] == pytest.approx(7.5)
+    assert ("s", 2) not in res["table"]              # incomplete sets have no summed speedup
+    with pytest.raises(ValueError, match="did not run"):
+        oc.order_of(record(["cublas-fp16"], 1.0))
+    text = oc.markdown([first, last], ["a.json", "b.json"])
+    assert "| s | 1 | 2.000x (10.0 / 20.0) | 2.200x (10.0 / 22.0) | 2.000x | 2.200x | +10.00 % |" in text

@@ -1,0 +1,1 @@
+S=$(cat dev_s54/sha.txt); D=$OUT/s54c1; mkdir -p $D; bash scripts/h200_records.sh $D $S check-kernel; nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv; tar czf $OUT/r.tgz -C $OUT s54c1
