@@ -234,12 +234,17 @@ def newest_sweep(root, sets=None, device: str | None = None):
     depth; sessions keep their sweeps in sub-folders, plain or gzipped), or ``None``.
 
     A full sweep is a ``bench`` record of the shipped build that covers every set of ``sets``
-    (default: the benchmark's shape sets, ``bench.shapes.SHAPE_SETS``) with single launches: not aborted, no ``kernel_defines`` (an experimental build), no chain
-    of launches (``method.chain_len`` 0). ``device`` is matched against the device's name
+    (default: the benchmark's shape sets, ``bench.shapes.SHAPE_SETS``), every default batch size
+    (``bench.shapes.DEFAULT_BATCHES``) and every default provider (``bench.providers.
+    PROVIDER_NAMES``, available on that machine or not) with single launches: not aborted, no
+    ``kernel_defines`` (an experimental build), no chain of launches (``method.chain_len`` 0).
+    A narrower sweep (``--batches``, ``--providers``) is a measurement, not the newest record. ``device`` is matched against the device's name
     (case-insensitive substring). Newest is by the record's own ``date``, not the folder's name
     or the file's time."""
+    # here, not at the top: bench imports this module
+    from .bench.providers import PROVIDER_NAMES
+    from .bench.shapes import DEFAULT_BATCHES, SHAPE_SETS
     if sets is None:
-        from .bench.shapes import SHAPE_SETS   # here, not at the top: bench imports this module
         sets = SHAPE_SETS
     best = None
     for path in sorted(Path(root).rglob("*_bench.json*")):
@@ -254,6 +259,11 @@ def newest_sweep(root, sets=None, device: str | None = None):
         if device is not None and device.lower() not in name.lower():
             continue
         if not set(sets) <= set(rec.get("sets") or ()):
+            continue
+        if not set(DEFAULT_BATCHES) <= set(rec.get("batches") or ()):
+            continue
+        measured = {(v or {}).get("provider", k) for k, v in (rec.get("providers") or {}).items()}
+        if not set(PROVIDER_NAMES) <= measured:
             continue
         when = _when(rec.get("date"))
         if when is not None and (best is None or when > best[0]):

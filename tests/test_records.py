@@ -243,8 +243,11 @@ def test_environment_names_experimental_kernel_builds(monkeypatch):
 
 def _sweep(date, **extra):
     rec = bench_record()
-    from marlin_cupy.bench.shapes import SHAPE_SETS
+    from marlin_cupy.bench.providers import PROVIDER_NAMES
+    from marlin_cupy.bench.shapes import DEFAULT_BATCHES, SHAPE_SETS
     rec.update(date=date, sets={s: [[4096, 4096]] for s in SHAPE_SETS},
+               batches=list(DEFAULT_BATCHES),
+               providers={n: {"provider": n, "available": n != "torch-int4"} for n in PROVIDER_NAMES},
                method={"chain_len": 0}, aborted=None)
     rec.update(extra)
     return rec
@@ -272,6 +275,9 @@ def test_newest_sweep_searches_every_depth_and_compares_dates(tmp_path):
     {"aborted": "budget"},
     {"method": {"chain_len": 16}},                            # chains, another method
     {"sets": {"llama2-70b": [[8192, 8192]]}},                 # not every set
+    {"batches": [1, 8, 16, 32, 64, 128]},                     # not every batch size
+    {"providers": {"marlin": {"provider": "marlin", "available": True},
+                   "cublas-fp16": {"provider": "cublas-fp16", "available": True}}},
     {"kind": "device_check"},
     {"date": "not a date"},
 ])

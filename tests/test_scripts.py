@@ -984,3 +984,20 @@ def test_order_check_reads_the_order_and_compares_the_means():
         oc.order_of(record(["cublas-fp16"], 1.0))
     text = oc.markdown([first, last], ["a.json", "b.json"])
     assert "| s | 1 | 2.000x (10.0 / 20.0) | 2.200x (10.0 / 22.0) | 2.000x | 2.200x | +10.00 % |" in text
+
+
+def test_alloc_probe_markdown_spreads_over_copies_and_rounds():
+    ap = _load("alloc_probe")
+    assert ap.spread([200.0, 230.0, 210.0]) == pytest.approx(15.0)
+
+    def stats(v):
+        return {"median_us": v, "p20_us": v - 1, "p80_us": v + 1, "reps": 200}
+
+    rec = {"shape": [8192, 57344], "m": 1, "rounds": 2, "device": {"name": "NVIDIA H200"},
+           "git_commit": "abc1234",
+           "providers": [{"label": "cublas-fp16", "copies": [
+               {"copy": 0, "address": 0x1000, "rounds": [stats(200.0), stats(202.0)]},
+               {"copy": 1, "address": 0x2000, "rounds": [stats(230.0), stats(230.0)]}]}]}
+    text = ap.markdown(rec)
+    assert "| cublas-fp16 | 1 | 0x2000 | 230.0 (229.0-231.0) | 230.0 (229.0-231.0) |" in text
+    assert "| cublas-fp16 | 15.0 %, 13.9 % | 1.0 % |" in text
