@@ -20,10 +20,13 @@ inside the spread of records of one order is the run's noise, not the order.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 FP16_PROVIDERS = ("cublas-fp16", "torch-fp16")
 
@@ -86,7 +89,8 @@ def markdown(records, names, provider: str = "marlin") -> str:
         lines.append(f"| {name} | {o} | {r.get('git_commit', '')} | "
                      f"{aw.get('sm_mhz', '')} MHz {aw.get('throttle_reasons') or ''} | "
                      f"{end.get('sm_mhz', '')} MHz {end.get('throttle_reasons') or ''} | `{cmd}` |")
-    lines += ["", "Per record: summed speedup (our summed time / the best FP16's, us).", ""]
+    lines += ["", "Per record: the summed speedup (the best FP16's summed time over ours), then, in "
+                  "parentheses, our summed time / the best FP16's, in µs.", ""]
     head = "| set | M | " + " | ".join(f"{i + 1} ({o})" for i, o in enumerate(res["orders"]))
     lines += [head + " | mean first | mean last | last vs first |",
               "| --- | ---: | " + "---: | " * len(records) + "---: | ---: | ---: |"]
@@ -109,7 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--provider", default="marlin", help="the provider whose place is compared")
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args(argv)
-    records = [json.loads(Path(p).read_text()) for p in args.records]
+    from marlin_cupy.records import read_json          # plain or gzipped records
+    records = [read_json(Path(p)) for p in args.records]
     text = markdown(records, list(args.records), args.provider)
     print(text)
     if args.out:
