@@ -54,7 +54,6 @@ ZERO_GROUP_SCALE = 1.0
 _BLOCK_ELEMENTS = 1 << 22
 
 
-
 def quantize(w, bits: int = 4, group_size: int = 128, sym: bool = True,
              clip_search: bool = False) -> QuantizedWeight:
     """Round-to-nearest group quantization of ``w`` (float ``[K, N]``, ``y = x @ w``).

@@ -238,9 +238,9 @@ def newest_sweep(root, sets=None, device: str | None = None):
     (``bench.shapes.DEFAULT_BATCHES``) and every default provider (``bench.providers.
     PROVIDER_NAMES``, available on that machine or not) with single launches: not aborted, no
     ``kernel_defines`` (an experimental build), no chain of launches (``method.chain_len`` 0).
-    A narrower sweep (``--batches``, ``--providers``) is a measurement, not the newest record. ``device`` is matched against the device's name
-    (case-insensitive substring). Newest is by the record's own ``date``, not the folder's name
-    or the file's time."""
+    A narrower sweep (``--batches``, ``--providers``) is a measurement, not the newest record.
+    ``device`` is matched against the device's name (case-insensitive substring). Newest is by
+    the record's own ``date``, not the folder's name or the file's time."""
     # here, not at the top: bench imports this module
     from .bench.providers import PROVIDER_NAMES
     from .bench.shapes import DEFAULT_BATCHES, SHAPE_SETS

@@ -59,16 +59,17 @@ def summed(record: dict, provider: str = "marlin") -> dict:
 
 
 def compare(records, provider: str = "marlin") -> dict:
-    """Per (set, m): each record's (order, speedup, ours, fp16) and the two orders' means."""
+    """Per (set, m): each record's ``(speedup, ours, fp16)`` in the records' order (None where
+    the record lacks that set and M) and the two orders' mean speedups."""
     orders = [order_of(r, provider) for r in records]
     sums = [summed(r, provider) for r in records]
     keys = sorted(set().union(*[s.keys() for s in sums]), key=lambda k: (k[0], k[1]))
     table = {}
     for key in keys:
-        runs = [(o, *s[key]) for o, s in zip(orders, sums) if key in s]
+        runs = [s.get(key) for s in sums]
         mean = {}
         for which in ("first", "last"):
-            vals = [r[1] for r in runs if r[0] == which]
+            vals = [run[0] for o, run in zip(orders, runs) if run and o == which]
             mean[which] = statistics.fmean(vals) if vals else None
         change = (100.0 * (mean["last"] / mean["first"] - 1.0)
                   if mean["first"] and mean["last"] else None)
@@ -95,10 +96,8 @@ def markdown(records, names, provider: str = "marlin") -> str:
     lines += [head + " | mean first | mean last | last vs first |",
               "| --- | ---: | " + "---: | " * len(records) + "---: | ---: | ---: |"]
     for (set_name, m), row in res["table"].items():
-        by_record = []
-        for i, o in enumerate(res["orders"]):
-            hit = summed(records[i], provider).get((set_name, m))
-            by_record.append(f"{hit[0]:.3f}x ({hit[1]:.1f} / {hit[2]:.1f})" if hit else "")
+        by_record = [f"{run[0]:.3f}x ({run[1]:.1f} / {run[2]:.1f})" if run else ""
+                     for run in row["runs"]]
         f = f"{row['mean_first']:.3f}x" if row["mean_first"] else ""
         l_ = f"{row['mean_last']:.3f}x" if row["mean_last"] else ""
         ch = f"{row['change_pct']:+.2f} %" if row["change_pct"] is not None else ""
