@@ -1,6 +1,7 @@
 """Every script in scripts/ answers --help without a GPU: it imports against the current package
 and argument parser, prints its usage, exits 0 and writes nothing (compile_times.py once took
 "--help" for its output path and compiled every kernel into a file of that name)."""
+import math
 import os
 import subprocess
 import sys
@@ -397,6 +398,85 @@ def test_dynamic_bound_fluid_limit():
     pts[0, 3], pts[0, 4] = 0.0, 4.0
     last, f, _, _ = db.fluid_end(pts, np.array([4.0, 4.0]))
     assert last == 5.0 and f == pytest.approx(4.5)
+
+
+def test_dynamic_bound_handout_by_hand():
+    np = pytest.importorskip("numpy")
+    db = _load("dynamic_bound")
+    # Rates 1 and 0.5 units/ns from 0, 8 units in chunks of one: both draw at 0 (index order),
+    # CTA 0 again at 1, both at 2 (CTA 0 first), CTA 0 at 3, both at 4 (the last two units):
+    # CTA 1's last unit ends at 6. The static stripes (4 + 4) end at 8, the fluid limit 16/3.
+    assert db.handout_end([0, 0], [1, 0.5], 8, 1, 0.0) == pytest.approx(6.0)
+    # Equal rates, whole stripes' worth of units: nothing moves, whatever the chunk.
+    for chunk in (1, 2, 4):
+        assert db.handout_end([0, 0], [1, 1], 8, chunk, 0.0) == pytest.approx(4.0)
+    # A chunk's cost is paid only between two pieces of work on one CTA: one CTA, four chunks.
+    assert db.handout_end([0], [1], 8, 2, 0.5) == pytest.approx(8 + 3 * 0.5)
+    # Guided, one CTA: 10 units as 5, 3, 1, 1 (ceil(left / 2), at least 1): three ends paid.
+    assert db.handout_end([0], [1], 10, 1, 1.0, guided=2) == pytest.approx(13.0)
+    # A static share of 1 is the static stripes, whatever the cost.
+    units = np.array([4.0, 4.0])
+    assert db.scheme_end([0, 1], [1, 0.5], units, chunk=1, cost=9.0, share=1.0) == \
+        pytest.approx(9.0)
+    # Half static: 2 + 2 units first (ending at 2 and 5), then 4 in chunks of 2: CTA 0 at 2
+    # (after the cost, 3 to 5), then at 5 both are free and CTA 0 (the lower index) takes the
+    # last chunk (6 to 8); CTA 1 finds none left.
+    assert db.scheme_end([0, 1], [1, 0.5], units, chunk=2, cost=1.0, share=0.5) == \
+        pytest.approx(8.0)
+    with pytest.raises(ValueError, match="static units exceed"):
+        db.handout_end([0], [1], 2, 1, 0.0, static=[3])
+    with pytest.raises(ValueError, match="positive rates"):
+        db.handout_end([0], [0], 2, 1, 0.0)
+
+
+@pytest.mark.parametrize("text, kw", [("q4", {"chunk": 4}), ("h0.85q2", {"chunk": 2, "share": 0.85}),
+                                      ("h1q1", {"chunk": 1, "share": 1.0}),
+                                      ("g2q1", {"chunk": 1, "guided": 2.0})])
+def test_dynamic_bound_schemes_parse(text, kw):
+    assert _load("dynamic_bound").parse_scheme(text) == kw
+
+
+@pytest.mark.parametrize("text", ["q0", "h0q2", "h1.5q2", "x4", "q", "g2", "h.5"])
+def test_dynamic_bound_schemes_refused(text):
+    with pytest.raises(ValueError, match="scheme"):
+        _load("dynamic_bound").parse_scheme(text)
+
+
+def test_dynamic_bound_handout_between_fluid_and_one_chunk_more():
+    """List scheduling from a common start: the last draw comes no later than the fluid end F
+    (every CTA busy until then), so the end is within one chunk of the slowest CTA past F."""
+    np = pytest.importorskip("numpy")
+    hyp = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    db = _load("dynamic_bound")
+
+    @hyp.settings(max_examples=200, deadline=None)
+    @hyp.given(st.lists(st.floats(0.05, 4.0), min_size=1, max_size=12),
+               st.integers(1, 300), st.integers(1, 8), st.sampled_from([0.0, 1.5, 3.0]))
+    def check(rates, total, chunk, guided):
+        rates = np.array(rates)
+        end = db.handout_end(np.zeros(len(rates)), rates, total, chunk, 0.0, guided=guided)
+        fluid = total / rates.sum()
+        longest = max(chunk, math.ceil(total / (guided * len(rates)))) if guided else chunk
+        assert fluid * (1 - 1e-9) <= end <= fluid + longest / rates.min() + 1e-9
+
+    check()
+
+
+def test_dynamic_bound_row_handout(tmp_path):
+    db = _load("dynamic_bound")
+    # t256_m1_n8_k8: 128 x 128 units; 512 x 256 at M = 1 is 4 x 2 = 8 units, two stripes of 4.
+    # CTA 0 streams from 0 to 4 ns, CTA 1 from 0 to 8: as in the hand-worked case, q1 at no
+    # cost ends at 6 ns, 2 ns (0.002 µs) sooner.
+    pts = [[0, 0, 0, 0, 4, 5, 6], [0, 0, 0, 0, 8, 9, 10]]
+    row = {"k": 512, "n": 256, "m": 1, "config": "t256_m1_n8_k8_s8_g8_fp32par_sw1", "grid": 2,
+           "raw": [{"points_ns": pts, "sm": [0, 1]}]}
+    got = db.row_handout(row, ["q1", "h1q1"], [0.0, 0.001])
+    assert got[("q1", 0.0)] == pytest.approx(0.002)
+    assert got[("h1q1", 0.0)] == got[("h1q1", 0.001)] == pytest.approx(0.0)
+    lines = db.handout_table([row], ["q1", "h1q1"], [0.0, 0.001])
+    assert lines[-1] == "| 1 | best per layer, or static | +0.00 | +0.00 |"
+    assert any(x.startswith("| 512x256 | 1 | q1 | +0.00 | ") for x in lines)
 
 
 def test_dynamic_bound_row_needs_raw_points():
