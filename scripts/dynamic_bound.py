@@ -31,11 +31,11 @@ a chunk takes the next one while any is left (the earliest to finish takes first
 - ``gDqN``: guided: each draw takes ``max(N, ceil(left / (D * CTAs)))`` units of the ``left``
   ones, so chunks start long and shorten to N near the end.
 
-Each CTA keeps its measured rate and start, as in the fluid bound, so no scheme beats ``F``
-with ``cost`` 0. What ``cost`` stands for is the chunk's end beyond the loop: the reduction
-inside the CTA, the partial's store and publication, and its share of the column sums the extra
-partials bring. Entry 53's build paid a count-in round trip there (about 3 µs); the point of
-the table is how small it must be before a build can gain.
+Each CTA keeps its measured rate and start, as in the fluid bound, which no scheme beats when
+the CTAs start together. What ``cost`` stands for is the chunk's end beyond the loop: the
+reduction inside the CTA, the partial's store and publication, and the read of the extra
+partial in its column's sum. Entry 53's build paid a count-in round trip there as well,
+several µs; the point of the table is how small the cost must be before a build can gain.
 """
 from __future__ import annotations
 
