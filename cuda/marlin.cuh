@@ -92,6 +92,20 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
+// (A measurement, NOTES.md entry 112) 1: in the shared sum (MARLIN_PAR_COOP), a split
+// column's bottom CTA whose stripe goes on past the column (it reaches the column's end in the
+// middle of its stream) writes its partial as never-zero words into the column's slot of the
+// locks workspace (word_slot, as the early bottom of the smaller tiles does) and goes on,
+// without the barrier and the GPU-scope release of its count-in, which the others' waiters
+// then do not wait for: they read its words with the first batch of partials, each word again
+// until it is written, add them first (its place in the order bottom..top: the same bits), and
+// set their share of the slot back to 0. At M = 32..64 the CTAs with such a bottom stream
+// 1.2-2.1 µs longer than the others and end the launch (stripe_stall.py on 9cc2e56's
+// timelines). ops sizes the slots for builds with it (ops.build_kernel).
+#ifndef MARLIN_COOP_EARLY
+#define MARLIN_COOP_EARLY 0
+#endif
+
 // (A measurement, never the default: it rounds each partial to FP16; NOTES.md entry 80) 1: the
 // CTAs of a shared sum (MARLIN_PAR_COOP) leave their partials in the scratch as FP16 (8 bytes
 // per lane and fragment instead of 16) and the waiters read them back into FP32 sums: what half
@@ -2728,6 +2742,34 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
+  // MARLIN_COOP_EARLY: the mid-stripe bottom's partial as words (FP32 partials only).
+  static constexpr bool COOP_EARLY = COOP && MARLIN_COOP_EARLY && FP32_REDUCE && !MARLIN_COOP_HALF;
+  // Does split column `col` (of `bottom`) have such a bottom?
+  __device__ __forceinline__ bool coop_early(int col, int bottom) const {
+    if constexpr (COOP_EARLY) return !bottom_ends_column(col * k_tiles, bottom);
+    else return false;
+  }
+  // The first word of slot `index` in the locks workspace (word_slot without the thread's
+  // place): element e of a slot at + (e / (NF * 32)) * RED_WARP + e % (NF * 32).
+  __device__ __forceinline__ uint4* word_base(int index) const {
+    const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
+    return reinterpret_cast<uint4*>(locks + region0) +
+           static_cast<size_t>(index) * (TILE_M * TILE_N / 4);
+  }
+  // Four words held in a float4's registers (their bits, not yet decoded).
+  static __device__ __forceinline__ float4 words_bits(uint4 w) {
+    return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
+                       __uint_as_float(w.w));
+  }
+  // The bottom's words of an element (`bits`, as words_bits holds them), each read again at
+  // `p` until it is written (the bottom never waits on anything before it writes), as FP32.
+  static __device__ __forceinline__ float4 early_value(float4 bits, const uint4* p) {
+    uint4 w = make_uint4(__float_as_uint(bits.x), __float_as_uint(bits.y),
+                         __float_as_uint(bits.z), __float_as_uint(bits.w));
+    while (w.x == 0u || w.y == 0u || w.z == 0u || w.w == 0u) w = ld_relaxed_gpu_v4<true>(p);
+    return make_float4(__uint_as_float(~w.x), __uint_as_float(~w.y), __uint_as_float(~w.z),
+                       __uint_as_float(~w.w));
+  }
   static_assert(!DYN ||
                     (PAR_REDUCE && !COOP && TILE_M < 48 && !WS && !WGMMA && DYN_Q >= STAGES),
                 "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
@@ -2772,6 +2814,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     constexpr size_t SLOT = TILE_M * TILE_N / 4;
     const int begin = static_cast<int>(static_cast<long long>(ELEMS) * rank / waiters);
     const int end = static_cast<int>(static_cast<long long>(ELEMS) * (rank + 1) / waiters);
+    // MARLIN_COOP_EARLY: the bottom's partial is words in the column's slot (coop_early).
+    const bool early = coop_early(n_tile * parallel + slab, bottom);
+    uint4* const words = COOP_EARLY ? word_base(n_tile * parallel + slab) : nullptr;
     for (int e0 = begin + tid; e0 < end; e0 += COOP_UNROLL * THREADS) {
       int off[COOP_UNROLL];
       float4 sum[COOP_UNROLL];
@@ -2787,18 +2832,26 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
-            if (c0 - a >= top && e0 + u * THREADS < end)
-              v[a][u] = load_partial(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
+            if (c0 - a >= top && e0 + u * THREADS < end) {
+              // MARLIN_COOP_EARLY: the bottom's words, in its place of the first batch.
+              if (COOP_EARLY && early && c0 - a == bottom)
+                v[a][u] = words_bits(ld_relaxed_gpu_v4_fresh(words + off[u]));
+              else
+                v[a][u] = load_partial(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
+            }
 #pragma unroll
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
             // An element past `end` was not loaded: its sum is garbage and is never stored.
             if (c0 - a >= top) {
-              sum[u].x += v[a][u].x;
-              sum[u].y += v[a][u].y;
-              sum[u].z += v[a][u].z;
-              sum[u].w += v[a][u].w;
+              float4 x = v[a][u];
+              if (COOP_EARLY && early && c0 - a == bottom && e0 + u * THREADS < end)
+                x = early_value(x, words + off[u]);
+              sum[u].x += x.x;
+              sum[u].y += x.y;
+              sum[u].z += x.z;
+              sum[u].w += x.w;
             }
       }
 #pragma unroll
@@ -2816,6 +2869,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             store_c(c + static_cast<size_t>(row) * prob_n + col,
                     __half_as_ushort(__float2half_rn(x[i])));
         }
+        // Each element of the slot is this waiter's alone: 0 again for the next launch.
+        if (COOP_EARLY && early) st_relaxed_gpu_v4(words + off[u], make_uint4(0u, 0u, 0u, 0u));
       }
     }
   }
@@ -2836,9 +2891,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     int4* strip = sh_a + warp * (16 * EPI_CPR);
     const int ln = opaque_lane();
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
+    // MARLIN_COOP_EARLY: the bottom's partial is words in the column's slot (coop_early).
+    const bool early = coop_early(n_tile * parallel + slab, bottom);
+    uint4* const wbase = COOP_EARLY ? word_base(n_tile * parallel + slab) : nullptr;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
       const float4* base = scratch + w * RED_WARP + lane;
+      uint4* const words = COOP_EARLY ? wbase + w * RED_WARP + lane : nullptr;
       FragC sum[WARP_TILES][2];
       zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
@@ -2849,9 +2908,15 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
           for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
-              if (c0 - a >= top)
-                v[a][j][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT +
-                                           (j * SW + 2 * p + hh) * 32);
+              if (c0 - a >= top) {
+                // MARLIN_COOP_EARLY: the bottom's words, in its place of the first batch.
+                if (COOP_EARLY && early && c0 - a == bottom)
+                  v[a][j][hh] = words_bits(
+                      ld_relaxed_gpu_v4_fresh(words + (j * SW + 2 * p + hh) * 32));
+                else
+                  v[a][j][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT +
+                                             (j * SW + 2 * p + hh) * 32);
+              }
 #pragma unroll
         for (int a = 0; a < AHEAD; a++)
 #pragma unroll
@@ -2859,14 +2924,24 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
               if (c0 - a >= top) {
-                sum[j][hh][0] += v[a][j][hh].x;
-                sum[j][hh][1] += v[a][j][hh].y;
-                sum[j][hh][2] += v[a][j][hh].z;
-                sum[j][hh][3] += v[a][j][hh].w;
+                float4 x = v[a][j][hh];
+                if (COOP_EARLY && early && c0 - a == bottom)
+                  x = early_value(x, words + (j * SW + 2 * p + hh) * 32);
+                sum[j][hh][0] += x.x;
+                sum[j][hh][1] += x.y;
+                sum[j][hh][2] += x.z;
+                sum[j][hh][3] += x.w;
               }
       }
 #pragma unroll
       for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, ln, sum[j][0], sum[j][1]);
+      if (COOP_EARLY && early) {   // this unit's words are this warp's alone: 0 again
+#pragma unroll
+        for (int j = 0; j < WARP_TILES; j++)
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++)
+            st_relaxed_gpu_v4(words + (j * SW + 2 * p + hh) * 32, make_uint4(0u, 0u, 0u, 0u));
+      }
       __syncwarp();
       write_strip<16>(strip, slab * TILE_M + 16 * p, c + w * WARP_COLS);
       __syncwarp();   // the strip is read before the next unit writes it
@@ -2888,7 +2963,8 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     const int top = first / iters;
     const int bottom = (first + k_tiles - 1) / iters;
     if (top == bottom) return;
-    const int count = bottom - top + 1;
+    // MARLIN_COOP_EARLY: a bottom whose stripe goes on past the column does not count in.
+    const int count = bottom - top + (coop_early(col, bottom) ? 0 : 1);
     const int waiters = bottom - top + (bottom_ends_column(first, bottom) ? 1 : 0);
     if (tid == 0) {
       while (ld_acquire_gpu(locks + top) < count) {
@@ -2951,6 +3027,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       early = early_bottom(col, bottom);
       if (early && static_cast<int>(blockIdx.x) == bottom) {
         if (kw == 0) store_early<NF>(frags, col);
+        return;
+      }
+    }
+    // MARLIN_COOP_EARLY: the bottom, its stripe going on past the column, leaves words.
+    if constexpr (COOP_EARLY) {
+      if (static_cast<int>(blockIdx.x) == bottom && coop_early(n_tile * parallel + slab, bottom)) {
+        if (kw == 0) store_words<NF>(frags, word_slot(n_tile * parallel + slab));
         return;
       }
     }

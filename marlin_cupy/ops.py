@@ -210,6 +210,8 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
     ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
     if _switch(prefix, "MARLIN_PROBE") in STAMP_PROBES:
         _stamping.add(ker.kernel.ptr)
+    if _switch(prefix, "MARLIN_COOP_EARLY"):
+        _coop_early.add(ker.kernel.ptr)
     if _switch(prefix, "MARLIN_WS_TMA_A") and cfg.producer and cfg.wgmma:
         _tma_maps[ker.kernel.ptr] = module.get_global("marlin_tmap_a")
     return ker
@@ -258,6 +260,11 @@ def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
 STAMP_PROBES = frozenset({4, 5, 10, 18})
 STAMP_INTS = 16                  # ints per CTA that a stamping build writes past the counters
 _stamping: set = set()           # function handles of the stamping builds ``build_kernel`` made
+#: (Measurement, benchmarks/NOTES.md entry 112) function handles of the builds with
+#: ``MARLIN_COOP_EARLY``: in the shared sum of the parallel reduction, a split column's bottom
+#: whose stripe goes on past it leaves its partial as words in a slot per column of the locks
+#: workspace (cuda/marlin.cuh, ``word_base``), which ``_plan`` sizes for them.
+_coop_early: set = set()
 
 
 def stamps_timeline(kernel) -> bool:
@@ -660,6 +667,12 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
     if stamps_timeline(kernel):
         # A stamping probe build (use_kernel): its timeline lies past the counters.
         n_locks = max(n_locks, (STAMP_INTS + 1) * grid)
+    if (getattr(getattr(kernel, "kernel", None), "ptr", None) in _coop_early
+            and cfg.parallel_reduce and cfg.fp32_reduce and not cfg.dyn_chunk):
+        # A MARLIN_COOP_EARLY build: a slot of words per column past the counters and stamps,
+        # zero between calls like the counters (each waiter clears its share after its sum).
+        n_locks = max(n_locks, (17 * grid + 3) // 4 * 4 +
+                      (n // cfg.tile_n) * parallel * cfg.tile_m * cfg.tile_n)
     smem = cfg.smem_bytes(has_zp)
     if pdl:
         smem = pad_for_pdl(kernel, smem, per_sm, facts)

@@ -116,6 +116,18 @@ def _launch_bound(cfg) -> int:
 #: (``producer_registers``) and those held below the hardware's 255. Left out: the ones with
 #: 256 threads at launch and one CTA per SM (``producer_registers`` None, bound 255, any
 #: compiled count fits).
+#: Shared-sum instances (the parallel reduction on tiles of 32 rows or more) for the
+#: MARLIN_COOP_EARLY build (NOTES.md entry 112): mma.sync with one and several row blocks per
+#: warp, wgmma with and without a producer, 16-, 32- and 64-column warps, two CTAs per SM,
+#: per-channel scales, the 80- and 128-row slabs, and the table's M = 32 and 64 configs.
+COOP_EARLY_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
+    "t128_m4_n4_k8_s4_g8_fp32par", "t256_m4_n8_k16_s4_g8_fp32par",
+    "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
+    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg",
+    "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
+    "t256_m2_n16_k8_s8_g8_fp32par_sw4_wg_w32_ws", "t128_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws_b2",
+    "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"))
+
 BOUNDED_PRODUCERS = tuple(c for c in PRODUCER_EXAMPLES
                           if c.producer_registers is not None or _launch_bound(c) < 255)
 
@@ -387,6 +399,45 @@ class TestParallelReduction:
                            pdl=not early_only and int(cp.cuda.Device().compute_capability) >= 90,
                            build=build, syms=(True,) if early_only else (True, False),
                            seed=early_only)
+
+    @pytest.mark.parametrize("cfg", COOP_EARLY_EXAMPLES, ids=lambda c: c.name)
+    def test_coop_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
+        """The shared sum with the mid-stripe bottom's partial as words (``MARLIN_COOP_EARLY``,
+        a measurement build; NOTES.md entry 112) against the shipped build: the same bits on
+        many partitions (bottoms going on past their columns, and ending with them), at M of
+        one slab and of two with a ragged one, three calls back to back without a sync, sym and
+        zero points (each build with the group-scale form the shipped dispatch takes for the
+        weight), and the workspace zero again after them: every waiter cleared its words."""
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg, True)
+        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 112)
+        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
+        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
+        for sym in (True, False):
+            qw = make_weight(rng, k, n, group, sym=sym)
+            mw = mc.pack(qw).to_device()
+            fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
+            build = ops.build_kernel(cfg, not sym, prefix="#define MARLIN_COOP_EARLY 1\n",
+                                     fma=fma)
+            for m in (cfg.tile_m, 2 * cfg.tile_m - 5):
+                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+                for max_ctas in (3, 7, 17, 33, 97, None):
+                    want = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                    with ops.use_kernel(cfg, build, has_zp=not sym, fma=fma):
+                        pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
+                                      max_ctas=max_ctas, fma_scales=mw.fma_scales)
+                        assert pl.kernel is build
+                        # Room for a slot of words per column past the counters and stamps.
+                        assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
+                            (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
+                        got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
+                               for _ in range(3)]
+                    cp.cuda.get_current_stream().synchronize()
+                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (sym, m, max_ctas)
+                    for g in got:
+                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
+                            (sym, m, max_ctas)
+            judge(cp.asnumpy(x), qw, got[0])
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)

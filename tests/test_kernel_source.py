@@ -658,3 +658,23 @@ def test_a_builds_switches_come_from_the_environment_then_its_prefix(monkeypatch
     assert ops._switch("", "MARLIN_PROBE") == 4
     assert ops._switch("#define MARLIN_WS_TMA_A 0\n", "MARLIN_WS_TMA_A") == 1
     assert ops._switch("#define MARLIN_COOP_HALF 1\n", "MARLIN_COOP_HALF") == 1
+
+
+def test_coop_early_switch_and_its_workspace_agree_with_ops():
+    """``MARLIN_COOP_EARLY`` (NOTES.md entry 112) is off by default; ops flags the builds that
+    have it by that name and sizes their word slots past the counters and stamps exactly where
+    the kernel's ``word_base`` puts them."""
+    import inspect
+    from pathlib import Path
+    from marlin_cupy import ops
+    src = (Path(__file__).resolve().parent.parent / "cuda" / "marlin.cuh").read_text()
+    assert "#ifndef MARLIN_COOP_EARLY\n#define MARLIN_COOP_EARLY 0\n#endif" in src
+    base = src[src.index("uint4* word_base(int index)"):]
+    base = base[:base.index("}")]
+    assert "(17 * static_cast<int>(gridDim.x) + 3) & ~3" in base
+    assert "static_cast<size_t>(index) * (TILE_M * TILE_N / 4)" in base
+    assert ops._switch("#define MARLIN_COOP_EARLY 1\n", "MARLIN_COOP_EARLY") == 1
+    plan_src = inspect.getsource(ops._plan_uncached)
+    assert "in _coop_early" in plan_src
+    assert "(17 * grid + 3) // 4 * 4 +\n                      (n // cfg.tile_n) * parallel * cfg.tile_m * cfg.tile_n" in plan_src
+    assert '_switch(prefix, "MARLIN_COOP_EARLY")' in inspect.getsource(ops.build_kernel)
