@@ -27,6 +27,8 @@ written. Interleavings are the scheduler's choices.
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+import interleave
+
 
 def sharers(column: int, k_tiles: int, iters: int) -> tuple:
     """(top, bottom) CTAs of a column."""
@@ -149,13 +151,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
             mem.count[top] = 0                       # the last re-arms
         yield
 
-    running = [cta(b) for b in range(grid)]
-    while running:
-        i = choices(len(running))
-        try:
-            next(running[i])
-        except StopIteration:
-            running.pop(i)
+    interleave.run([cta(b) for b in range(grid)], choices)
 
 
 def _last_first(seed: int, p: float = 0.9):

@@ -25,6 +25,8 @@ count that completes a column). Interleavings are the scheduler's choices.
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+import interleave
+
 
 def split(columns: int, k_tiles: int, q: int) -> dict:
     """Per column: (top, bottom) chunk indices of its first and last unit."""
@@ -123,13 +125,7 @@ def launch(mem: Memory, values: np.ndarray, q: int, ctas: int, choices,
                 return
             idx = ahead
 
-    running = [cta(b) for b in range(grid)]
-    while running:
-        i = choices(len(running))
-        try:
-            next(running[i])
-        except StopIteration:
-            running.pop(i)
+    interleave.run([cta(b) for b in range(grid)], choices)
 
 
 def _values(rng, columns, k_tiles):
