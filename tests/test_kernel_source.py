@@ -107,7 +107,13 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      # the activations as tensor copies (entry 101), one and two boxes per fill, with bulk
      # copies of the weights too
      ("MARLIN_WS_TMA_A=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_TMA_A=1", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws"),
-     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws")]
+     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"),
+     # the shared sum's mid-stripe bottom as words (entry 112): with and without a producer,
+     # the staged 128-row sum, mma.sync, and the 128-register two-CTA tile
+     ("MARLIN_COOP_EARLY=1", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
+     ("MARLIN_COOP_EARLY=1", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg"),
+     ("MARLIN_COOP_EARLY=1", "t256_m4_n8_k16_s4_g8_fp32par"),
+     ("MARLIN_COOP_EARLY=1", "t128_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws_b2")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
