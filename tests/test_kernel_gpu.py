@@ -421,7 +421,10 @@ class TestParallelReduction:
                                      fma=fma)
             for m in (cfg.tile_m, 2 * cfg.tile_m - 5):
                 x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for max_ctas in (3, 7, 17, 33, 97, None):
+                # 40 tiles per column: bottoms inside stripes at 7, 11, 23 CTAs (one slab) and
+                # 7, 11, 17, 23, 97 (two slabs); every bottom at its column's end at 3, 33 and
+                # on the full grid.
+                for max_ctas in (3, 7, 11, 17, 23, 33, 97, None):
                     want = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
                     with ops.use_kernel(cfg, build, has_zp=not sym, fma=fma):
                         pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
