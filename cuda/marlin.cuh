@@ -2212,10 +2212,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // A slot of never-zero words in the locks workspace: the early bottom's of column `index`
   // (EARLY), or the partial of the CTA `index` (TOP_SUM); the layout of store_scratch.
   __device__ __forceinline__ uint4* word_slot(int index) const {
-    const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
-    return reinterpret_cast<uint4*>(locks + region0) +
-           static_cast<size_t>(index) * (TILE_M * TILE_N / 4) + (mw * N_WARPS + nw) * RED_WARP +
-           lane;
+    return word_base(index) + (mw * N_WARPS + nw) * RED_WARP + lane;
   }
   __device__ __forceinline__ uint4* early_slot(int col) const { return word_slot(col); }
   template <int NF>
@@ -2749,8 +2746,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if constexpr (COOP_EARLY) return !bottom_ends_column(col * k_tiles, bottom);
     else return false;
   }
-  // The first word of slot `index` in the locks workspace (word_slot without the thread's
-  // place): element e of a slot at + (e / (NF * 32)) * RED_WARP + e % (NF * 32).
+  // The first word of slot `index` in the locks workspace, past the counters and the stamps
+  // (word_slot adds the thread's place): element e of a slot at + (e / (NF * 32)) * RED_WARP +
+  // e % (NF * 32).
   __device__ __forceinline__ uint4* word_base(int index) const {
     const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
     return reinterpret_cast<uint4*>(locks + region0) +

@@ -267,9 +267,14 @@ _stamping: set = set()           # function handles of the stamping builds ``bui
 _coop_early: set = set()
 
 
+def _handle(kernel):
+    """The function handle of a compiled instance (None for anything else)."""
+    return getattr(getattr(kernel, "kernel", None), "ptr", None)
+
+
 def stamps_timeline(kernel) -> bool:
     """Whether ``kernel`` is a stamping ``MARLIN_PROBE`` build made by ``build_kernel``."""
-    return getattr(getattr(kernel, "kernel", None), "ptr", None) in _stamping
+    return _handle(kernel) in _stamping
 
 
 def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False, fma: bool = False):
@@ -657,22 +662,18 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).
     slots = stripes * (2 if cfg.parallel_reduce else 1)
-    if cfg.early_bottom_fits:
-        # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, early_slot; the parallel reduction
-        # and the serial chain): a partial per column in the locks workspace, past the counters
-        # and the timeline probe's 16 ints per CTA; zero between calls like the counters.
-        # TOP_SUM builds (top_sum): a partial per CTA there instead.
+    if cfg.early_bottom_fits or (_handle(kernel) in _coop_early and cfg.parallel_reduce and
+                                 cfg.fp32_reduce and not cfg.dyn_chunk):
+        # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, word_slot; the parallel reduction
+        # and the serial chain) and MARLIN_COOP_EARLY builds (the shared sum): a partial per
+        # column in the locks workspace, past the counters and the timeline probe's 16 ints per
+        # CTA; zero between calls like the counters. TOP_SUM builds (top_sum): a partial per
+        # CTA there instead.
         per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel
         n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
     if stamps_timeline(kernel):
         # A stamping probe build (use_kernel): its timeline lies past the counters.
         n_locks = max(n_locks, (STAMP_INTS + 1) * grid)
-    if (getattr(getattr(kernel, "kernel", None), "ptr", None) in _coop_early
-            and cfg.parallel_reduce and cfg.fp32_reduce and not cfg.dyn_chunk):
-        # A MARLIN_COOP_EARLY build: a slot of words per column past the counters and stamps,
-        # zero between calls like the counters (each waiter clears its share after its sum).
-        n_locks = max(n_locks, (17 * grid + 3) // 4 * 4 +
-                      (n // cfg.tile_n) * parallel * cfg.tile_m * cfg.tile_n)
     smem = cfg.smem_bytes(has_zp)
     if pdl:
         smem = pad_for_pdl(kernel, smem, per_sm, facts)

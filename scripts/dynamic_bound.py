@@ -159,13 +159,19 @@ def launch_points(launch: dict, per_cta: np.ndarray):
     return start[ok], end[ok], units[ok]
 
 
-def row_handout(row: dict, schemes, costs_us) -> dict:
-    """Per scheme name and cost (µs): the median over the row's launches of the last stream
-    end of the static stripes minus the scheme's, in µs (positive: the scheme ends sooner)."""
+def raw_stripes(row: dict) -> np.ndarray:
+    """``row_stripe_units`` of a row that holds raw launches (else a ValueError saying how to
+    record them)."""
     if not row.get("raw"):
         raise ValueError(f"row {row.get('k')}x{row.get('n')} M={row.get('m')} has no raw "
                          f"points: record it with timeline_probe.py --raw")
-    per_cta = row_stripe_units(row)
+    return row_stripe_units(row)
+
+
+def row_handout(row: dict, schemes, costs_us) -> dict:
+    """Per scheme name and cost (µs): the median over the row's launches of the last stream
+    end of the static stripes minus the scheme's, in µs (positive: the scheme ends sooner)."""
+    per_cta = raw_stripes(row)
     parsed = {name: parse_scheme(name) for name in schemes}
     out = {(name, c): [] for name in schemes for c in costs_us}
     for launch in row["raw"]:
@@ -180,10 +186,7 @@ def row_handout(row: dict, schemes, costs_us) -> dict:
 
 def row_bound(row: dict) -> dict:
     """The median over the row's launches of what ``fluid_end`` gives, in µs."""
-    if not row.get("raw"):
-        raise ValueError(f"row {row.get('k')}x{row.get('n')} M={row.get('m')} has no raw "
-                         f"points: record it with timeline_probe.py --raw")
-    per_cta = row_stripe_units(row)
+    per_cta = raw_stripes(row)
     out = []
     for launch in row["raw"]:
         pts = np.asarray(launch["points_ns"], dtype=float)[:len(per_cta)]

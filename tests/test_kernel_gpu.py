@@ -73,12 +73,15 @@ def problem_for(cfg: KernelConfig, rng):
 
 
 def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=False,
-                       pdl=False, build=None, syms=(True, False), seed=0):
+                       pdl=False, build=None, syms=(True, False), seed=0, builds=None,
+                       plan_check=None):
     """``cfg``'s outputs bit for bit ``twin``'s on a K = k_tiles tiles x N = 3 tiles problem,
     for each weight kind in ``syms`` (True: symmetric, False: zero points), at each M and grid
     (``max_ctas``; ``calls`` calls back to back each, and as many with ``pdl=True`` if asked),
     with the workspace zero again after them if asked; then the error bound (judge).
-    ``build``: cfg runs that compiled kernel (``ops.use_kernel``) instead of its own."""
+    ``build``: cfg runs that compiled kernel (``ops.use_kernel``; the plain symmetric build)
+    instead of its own. ``builds(sym, mw)``: the same per weight, returning (kernel, fma).
+    ``plan_check(plan, n)``: more assertions on the plan that holds the build."""
     import contextlib
     from marlin_cupy import ops
     rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + seed)
@@ -87,12 +90,19 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
     for sym in syms:
         qw = make_weight(rng, k, n, group, sym=sym)
         mw = mc.pack(qw).to_device()
+        kernel, fma = builds(sym, mw) if builds else (build, False)
         for m in ms:
             x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
             for max_ctas in grids:
                 want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
-                    assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
+                with (ops.use_kernel(cfg, kernel, has_zp=not sym, fma=fma) if kernel is not None
+                      else contextlib.nullcontext()):
+                    if kernel is not None:
+                        pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
+                                      max_ctas=max_ctas, fma_scales=mw.fma_scales)
+                        assert pl.kernel is kernel
+                        if plan_check:
+                            plan_check(pl, n)
                     got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
                 if pdl:
                     got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
@@ -407,40 +417,26 @@ class TestParallelReduction:
         many partitions (bottoms going on past their columns, and ending with them), at M of
         one slab and of two with a ragged one, three calls back to back without a sync, sym and
         zero points (each build with the group-scale form the shipped dispatch takes for the
-        weight), and the workspace zero again after them: every waiter cleared its words."""
+        weight), and the workspace zero again after them: every waiter cleared its words. The
+        plan holds room for a slot of words per column past the counters and stamps."""
         from marlin_cupy import ops
         _skip_unless_runs(cfg, True)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 112)
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        for sym in (True, False):
-            qw = make_weight(rng, k, n, group, sym=sym)
-            mw = mc.pack(qw).to_device()
+
+        def builds(sym, mw):
             fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
-            build = ops.build_kernel(cfg, not sym, prefix="#define MARLIN_COOP_EARLY 1\n",
-                                     fma=fma)
-            for m in (cfg.tile_m, 2 * cfg.tile_m - 5):
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                # 40 tiles per column: bottoms inside stripes at 7, 11, 23 CTAs (one slab) and
-                # 7, 11, 17, 23, 97 (two slabs); every bottom at its column's end at 3, 33 and
-                # on the full grid.
-                for max_ctas in (3, 7, 11, 17, 23, 33, 97, None):
-                    want = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                    with ops.use_kernel(cfg, build, has_zp=not sym, fma=fma):
-                        pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
-                                      max_ctas=max_ctas, fma_scales=mw.fma_scales)
-                        assert pl.kernel is build
-                        # Room for a slot of words per column past the counters and stamps.
-                        assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
-                            (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
-                        got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                               for _ in range(3)]
-                    cp.cuda.get_current_stream().synchronize()
-                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (sym, m, max_ctas)
-                    for g in got:
-                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
-                            (sym, m, max_ctas)
-            judge(cp.asnumpy(x), qw, got[0])
+            return ops.build_kernel(cfg, not sym, prefix="#define MARLIN_COOP_EARLY 1\n",
+                                    fma=fma), fma
+
+        def room(pl, n):
+            assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
+                (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
+
+        # 40 tiles per column: bottoms inside stripes at 7, 11, 23 CTAs (one slab) and
+        # 7, 11, 17, 23, 97 (two slabs); every bottom at its column's end at 3, 33 and on the
+        # full grid.
+        _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
+                           (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
+                           seed=112, builds=builds, plan_check=room)
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)

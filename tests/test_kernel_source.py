@@ -681,6 +681,7 @@ def test_coop_early_switch_and_its_workspace_agree_with_ops():
     assert "static_cast<size_t>(index) * (TILE_M * TILE_N / 4)" in base
     assert ops._switch("#define MARLIN_COOP_EARLY 1\n", "MARLIN_COOP_EARLY") == 1
     plan_src = inspect.getsource(ops._plan_uncached)
-    assert "in _coop_early" in plan_src
-    assert "(17 * grid + 3) // 4 * 4 +\n                      (n // cfg.tile_n) * parallel * cfg.tile_m * cfg.tile_n" in plan_src
+    assert "_handle(kernel) in _coop_early" in plan_src
+    assert "per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel" in plan_src
+    assert "n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n" in plan_src
     assert '_switch(prefix, "MARLIN_COOP_EARLY")' in inspect.getsource(ops.build_kernel)
