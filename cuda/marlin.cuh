@@ -106,6 +106,21 @@
 #define MARLIN_COOP_EARLY 0
 #endif
 
+// (A measurement, NOTES.md entry 113) 1: the same for the serial chain on tiles of 32 rows or
+// more (FP32 partials), where the early bottom (MARLIN_PAR_EARLY_BOTTOM, tiles below 32 rows)
+// does not reach: a split column's bottom CTA whose stripe goes on past the column writes its
+// partial as never-zero words into the column's slot of the locks workspace and goes on,
+// without the turn's acquire, the two barriers and the release of its hand-over. The chain's
+// second CTA (which reaches the column at its stripe's end) takes its turn at once, adds the
+// words in place of the bottom's partial (each word read again until it is written; the same
+// bits) and sets the slot back to 0 after its own hand-over; the others' turns move down by
+// one. At M = 32..64 the chain's mid-stripe bottoms stream 1.9-2.0 µs longer than the other
+// CTAs (4096x22016, 13b's 5120x15360 and 5120x27648; stripe_stall.py on 9cc2e56's timelines).
+// ops sizes the slots for builds with it (ops.build_kernel).
+#ifndef MARLIN_CHAIN_EARLY
+#define MARLIN_CHAIN_EARLY 0
+#endif
+
 // (A measurement, never the default: it rounds each partial to FP16; NOTES.md entry 80) 1: the
 // CTAs of a shared sum (MARLIN_PAR_COOP) leave their partials in the scratch as FP16 (8 bytes
 // per lane and fragment instead of 16) and the waiters read them back into FP32 sums: what half
@@ -2202,6 +2217,11 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
   static constexpr bool EARLY_SERIAL = EARLY_ANY && !PAR_REDUCE;
+  // MARLIN_CHAIN_EARLY: the serial chain's mid-stripe bottom as words on the tiles of 32 rows
+  // or more (with or without a producer); the second CTA reads them in batches (add_words),
+  // in the wgmma loop after the loop (CHAIN_TAIL, chain_tail).
+  static constexpr bool CHAIN_EARLY =
+      MARLIN_CHAIN_EARLY && FP32_REDUCE && !PAR_REDUCE && !DYN && TILE_M >= 32;
   // Does split column `col` have an early bottom: does its bottom CTA's stripe go on past it?
   __device__ __forceinline__ bool early_bottom(int col, int bottom) const {
 #if MARLIN_EARLY_RUNTIME
@@ -2259,6 +2279,29 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       acc[f][3] += __uint_as_float(~w.w);
     }
     return ready;
+  }
+  // MARLIN_CHAIN_EARLY: the words at `src` added as add_scratch adds a partial, each read
+  // again until it is written, in batches of 4 fragments (2 or 1 where 4 does not divide NF)
+  // whose reads are all issued before any is tested: ptxas keeps at most 4 plain loads per
+  // thread in flight anyway (NOTES.md entry 77), add_early's one batch would hold 4 NF = 48-256
+  // registers, and batches of 8 spilled on the 128-register 512-thread tiles.
+  template <int NF>
+  __device__ __forceinline__ void add_words(FragC* acc, const uint4* src) {
+    constexpr int B = NF % 4 == 0 ? 4 : NF % 2 == 0 ? 2 : 1;
+#pragma unroll
+    for (int f0 = 0; f0 < NF; f0 += B) {
+      uint4 w[B];
+#pragma unroll
+      for (int b = 0; b < B; b++) w[b] = ld_relaxed_gpu_v4_fresh(src + (f0 + b) * 32);
+#pragma unroll
+      for (int b = 0; b < B; b++) {
+        const float4 x = early_value(words_bits(w[b]), src + (f0 + b) * 32);
+        acc[f0 + b][0] += x.x;
+        acc[f0 + b][1] += x.y;
+        acc[f0 + b][2] += x.z;
+        acc[f0 + b][3] += x.w;
+      }
+    }
   }
   // After the sum: the slot is 0 again for the next launch.
   template <int NF>
@@ -3060,7 +3103,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   //
   // Returns true when it left the column's output to staged_tail(), after the main loop
   // (EPI_TAIL: a column held whole at the stripe's end; the loop is then at its last unit and
-  // `acc` holds the output).
+  // `acc` holds the output), or its turn in the chain to chain_tail() (CHAIN_TAIL).
   template <typename Acc>   // FragC[WM][8], or FragC[WARP_TILES][SW] with swapped operands
   __device__ __forceinline__ bool finish_column(Acc& acc, const Cursor& c, bool last) {
     const int n_tile = c.n_tile;
@@ -3104,13 +3147,19 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     // MARLIN_PAR_EARLY_BOTTOM on the serial chain: the bottom, when its stripe goes on past
     // the column, writes its partial to the column's early slot and neither waits nor
     // releases; the chain's second CTA adds those words (one add, as add_partial: the same
-    // bits) and the turns of the others move down by one.
+    // bits) and the turns of the others move down by one. MARLIN_CHAIN_EARLY: the same on the
+    // tiles of 32 rows or more (add_words), the wgmma loop's second CTA after the loop.
     bool early = false;
-    if constexpr (EARLY_SERIAL) {
-      early = early_bottom(col, bottom);
+    if constexpr (EARLY_SERIAL || CHAIN_EARLY) {
+      early = CHAIN_EARLY ? !bottom_ends_column(first, bottom) : early_bottom(col, bottom);
       if (early && idx == 0) {
         if (kw == 0) store_early<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), col);
         return false;
+      }
+      // The second CTA's stripe ends inside the column (the bottom's starts there), so this is
+      // its last unit: the loop ends here and chain_tail() takes the turn.
+      if constexpr (CHAIN_TAIL) {
+        if (early && idx == 1 && last) return true;
       }
     }
     const int turn = idx - (early ? 1 : 0);
@@ -3122,6 +3171,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     stamp_if_last(7);
     if (EARLY_SERIAL && early && idx == 1 && kw == 0)
       add_early<sizeof(Acc) / sizeof(FragC), true>(reinterpret_cast<FragC*>(&acc), col);
+    if constexpr (CHAIN_EARLY && !CHAIN_TAIL) {
+      if (early && idx == 1 && kw == 0)
+        add_words<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), early_slot(col));
+    }
     if (kw == 0) {
       if constexpr (SWAP > 0) {
         if (idx > (early ? 1 : 0)) add_partial_sw(acc, slab, n_tile, top);
@@ -3149,9 +3202,56 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     }
     // The early slot back to 0 for the next launch, after the hand-over so that the release
     // does not wait for these stores (nothing in this launch reads the slot again).
-    if (EARLY_SERIAL && early && idx == 1 && kw == 0)
+    if ((EARLY_SERIAL || (CHAIN_EARLY && !CHAIN_TAIL)) && early && idx == 1 && kw == 0)
       clear_early<sizeof(Acc) / sizeof(FragC)>(col);
     return false;
+  }
+
+  // MARLIN_CHAIN_EARLY in the wgmma loop: the chain's second CTA, which adds the bottom's
+  // words, takes its turn after the main loop (finish_column returned true at its stripe's
+  // last unit, and left `acc` as it was): the turn of finish_column with idx = 1 and the
+  // words. In place, its reads and clears of the words moved values of the K steps into
+  // uniform registers on the 48-row tiles (R2UR; NOTES.md entry 113). Whether this CTA is that
+  // one is worked out again here, from its stripe's last unit: a flag kept across the loop
+  // made two 64-row zero-point builds spill in their K steps.
+  static constexpr bool CHAIN_TAIL = CHAIN_EARLY && WGMMA && !MARLIN_NO_MATH;
+  template <typename Acc>
+  __device__ __forceinline__ void chain_tail(Acc& acc) {
+    static_assert(SWAP > 0, "the wgmma loops' accumulators");
+    if (unit_start >= unit_end) return;
+    const Cursor c = cursor_at(unit_end - 1);
+    const int col = c.n_tile * parallel + c.slab;
+    const int first = col * k_tiles;
+    const int top = first / iters, bottom = (first + k_tiles - 1) / iters;
+    if (bottom - static_cast<int>(blockIdx.x) != 1 || bottom_ends_column(first, bottom)) return;
+    const bool writes_c = top == bottom - 1;   // a chain of two: this CTA is the top
+    int* lock = locks + top;
+    if (tid == 0) {
+      while (ld_acquire_gpu(lock) != 0) {   // its turn is 0 (the bottom takes none)
+      }
+    }
+    cta_sync();
+    stamp_if_last(7);
+    if (kw == 0) {
+      add_words<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), early_slot(col));
+      if (writes_c) {
+        if constexpr (EPI_STAGE) store_result_sw_staged(acc, c.slab, c.n_tile);
+        else store_result_sw(acc, c.slab, c.n_tile);
+      } else {
+        // (its slot through an asm the compiler cannot move: the 64-bit offset of `top`,
+        // computed before the words' reads, was spilled once on the 128-row producer tile)
+        int slot;
+        asm volatile("mov.b32 %0, %1;" : "=r"(slot) : "r"(top));
+        store_partial_sw(acc, c.slab, c.n_tile, slot);
+      }
+    }
+    cta_sync();
+    stamp_if_last(8);
+    if (tid == 0) {
+      if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, writes_c ? 0 : 1);
+      else st_release_gpu(lock, writes_c ? 0 : 1);
+    }
+    if (kw == 0) clear_early<sizeof(Acc) / sizeof(FragC)>(col);
   }
 
   // The output that finish_column left for after the main loop (it returned true at the
@@ -3412,7 +3512,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     uint32_t seen = 0;
     int stage = 0;
     int refill = STAGES - 1;
-    bool tail = false;   // finish_column left the last column's output to staged_tail()
+    bool tail = false;   // finish_column left the last column to staged_tail() or chain_tail()
     for (int unit = unit_start; unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
       const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
@@ -3587,6 +3687,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if constexpr (EPI_TAIL) {
       if (tail) staged_tail(acc);
     }
+    if constexpr (CHAIN_TAIL) chain_tail(acc);   // (the serial chain: never with EPI_TAIL)
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 

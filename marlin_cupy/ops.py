@@ -212,6 +212,8 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
         _stamping.add(ker.kernel.ptr)
     if _switch(prefix, "MARLIN_COOP_EARLY"):
         _coop_early.add(ker.kernel.ptr)
+    if _switch(prefix, "MARLIN_CHAIN_EARLY"):
+        _chain_early.add(ker.kernel.ptr)
     if _switch(prefix, "MARLIN_WS_TMA_A") and cfg.producer and cfg.wgmma:
         _tma_maps[ker.kernel.ptr] = module.get_global("marlin_tmap_a")
     return ker
@@ -265,6 +267,9 @@ _stamping: set = set()           # function handles of the stamping builds ``bui
 #: whose stripe goes on past it leaves its partial as words in a slot per column of the locks
 #: workspace (cuda/marlin.cuh, ``word_base``), which ``_plan`` sizes for them.
 _coop_early: set = set()
+#: (Measurement, entry 113) the same for ``MARLIN_CHAIN_EARLY``: the serial chain's
+#: mid-stripe bottom on tiles of 32 rows or more leaves its partial as words in that slot.
+_chain_early: set = set()
 
 
 def _handle(kernel):
@@ -662,13 +667,17 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).
     slots = stripes * (2 if cfg.parallel_reduce else 1)
-    if cfg.early_bottom_fits or (_handle(kernel) in _coop_early and cfg.parallel_reduce and
-                                 cfg.fp32_reduce and not cfg.dyn_chunk):
+    handle = _handle(kernel)
+    words = cfg.fp32_reduce and not cfg.dyn_chunk and (
+        (handle in _coop_early and cfg.parallel_reduce)
+        or (handle in _chain_early and not cfg.parallel_reduce and cfg.tile_m >= 32))
+    if cfg.early_bottom_fits or words:
         # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, word_slot; the parallel reduction
-        # and the serial chain) and MARLIN_COOP_EARLY builds (the shared sum): a partial per
-        # column in the locks workspace, past the counters and the timeline probe's 16 ints per
-        # CTA; zero between calls like the counters. TOP_SUM builds (top_sum): a partial per
-        # CTA there instead.
+        # and the serial chain), MARLIN_COOP_EARLY builds (the shared sum) and
+        # MARLIN_CHAIN_EARLY builds (the serial chain from 32 rows): a partial per column in
+        # the locks workspace, past the counters and the timeline probe's 16 ints per CTA;
+        # zero between calls like the counters. TOP_SUM builds (top_sum): a partial per CTA
+        # there instead.
         per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel
         n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
     if stamps_timeline(kernel):

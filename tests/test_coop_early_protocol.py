@@ -30,25 +30,13 @@ from hypothesis import given, settings, strategies as st
 import interleave
 
 
-def sharers(column: int, k_tiles: int, iters: int) -> tuple:
-    """(top, bottom) CTAs of a column."""
-    first = column * k_tiles
-    return first // iters, (first + k_tiles - 1) // iters
-
-
-def bottom_goes_on(column: int, k_tiles: int, iters: int, units: int) -> bool:
-    """Does the column's bottom CTA's stripe go on past the column (``coop_early``)?"""
-    _, bottom = sharers(column, k_tiles, iters)
-    return min((bottom + 1) * iters, units) != (column + 1) * k_tiles
-
-
 def reference(values: np.ndarray, iters: int) -> np.ndarray:
     """Each column's result: each CTA's units of the column added in order (FP32, per
     element); a split column's partials then added from +0 in the order bottom..top."""
     columns, k_tiles, elems = values.shape
     out = np.zeros((columns, elems), np.float32)
     for c in range(columns):
-        top, bottom = sharers(c, k_tiles, iters)
+        top, bottom = interleave.sharers(c, k_tiles, iters)
         parts = {}
         for k in range(k_tiles):
             b = (c * k_tiles + k) // iters
@@ -74,16 +62,6 @@ class Memory:
         self.result = np.full((columns, elems), np.nan, np.float32)
 
 
-def word(x: np.float32) -> np.uint32:
-    """early_word: the bits inverted, a NaN first made 0x7fffffff (never 0)."""
-    bits = np.float32(x).view(np.uint32) if not np.isnan(x) else np.uint32(0x7fffffff)
-    return np.uint32(~bits & 0xffffffff)
-
-
-def unword(w: np.uint32) -> np.float32:
-    return np.uint32(~w & 0xffffffff).view(np.float32)
-
-
 def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = True,
            clear: bool = True, spin: bool = True) -> None:
     columns, k_tiles, elems = values.shape
@@ -102,14 +80,14 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
             parts[c] = (parts.get(c, np.zeros(elems, np.float32)) + values[c, k]).astype(np.float32)
         last = (hi - 1) // k_tiles
         for c, part in parts.items():                # the columns it ends, in order
-            top, bottom = sharers(c, k_tiles, iters)
+            top, bottom = interleave.sharers(c, k_tiles, iters)
             if top == bottom:
                 mem.result[c] = part
                 yield
                 continue
-            if early and b == bottom and bottom_goes_on(c, k_tiles, iters, units):
+            if early and b == bottom and interleave.bottom_goes_on(c, k_tiles, iters, units):
                 for e in range(elems):               # relaxed word stores, any order seen
-                    mem.words[c, e] = word(part[e])
+                    mem.words[c, e] = interleave.word(part[e])
                     yield
                 continue                             # no count-in; on with the stripe
             mem.scratch[slot(b, top)] = part
@@ -118,10 +96,10 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
             yield
         # After the main loop: a waiter of its last column if that column is split.
         c = last
-        top, bottom = sharers(c, k_tiles, iters)
+        top, bottom = interleave.sharers(c, k_tiles, iters)
         if top == bottom:
             return
-        goes_on = bottom_goes_on(c, k_tiles, iters, units)
+        goes_on = interleave.bottom_goes_on(c, k_tiles, iters, units)
         skip = early and goes_on                     # the early bottom does not count in
         count = bottom - top + (0 if skip else 1)
         waiters = bottom - top + (0 if goes_on else 1)
@@ -137,7 +115,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
                     while spin and w == 0:          # read again until written
                         yield
                         w = mem.words[c, e]
-                    acc = np.float32(acc + unword(w))
+                    acc = np.float32(acc + interleave.unword(w))
                 else:
                     p = mem.scratch.get(slot(s, top))
                     assert p is not None, f"CTA {s}'s partial read before it was stored"
@@ -154,26 +132,6 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
     interleave.run([cta(b) for b in range(grid)], choices)
 
 
-def _last_first(seed: int, p: float = 0.9):
-    """A scheduler that runs the CTA started last with probability ``p``, another at random
-    otherwise (a waiter spinning there must not hold the others up forever)."""
-    pick = np.random.default_rng(seed)
-    return lambda n: n - 1 if pick.random() < p else int(pick.integers(n))
-
-
-def _first_first(seed: int, p: float = 0.9):
-    """A scheduler that runs the lowest CTA still running with probability ``p``."""
-    pick = np.random.default_rng(seed)
-    return lambda n: 0 if pick.random() < p else int(pick.integers(n))
-
-
-def _values(rng, columns, k_tiles, elems):
-    # Magnitudes far apart, so that another order of FP32 additions changes the sum.
-    v = rng.standard_normal((columns, k_tiles, elems)) * 10.0 ** rng.integers(
-        -3, 8, (columns, k_tiles, elems))
-    return v.astype(np.float32)
-
-
 @settings(max_examples=200, deadline=None)
 @given(columns=st.integers(1, 4), k_tiles=st.integers(1, 9), iters=st.integers(1, 7),
        elems=st.integers(1, 5), seed=st.integers(0, 2**32 - 1), data=st.data())
@@ -184,7 +142,7 @@ def test_any_interleaving_gives_the_bottom_to_top_sum_and_clears(columns, k_tile
     mem = Memory(columns, grid, elems)
     choices = lambda n: data.draw(st.integers(0, n - 1))  # noqa: E731
     for _ in range(2):                   # a second launch, new values, on the memory left
-        values = _values(rng, columns, k_tiles, elems)
+        values = interleave.values(rng, columns, k_tiles, elems)
         launch(mem, values, iters, choices)
         want = reference(values, iters)
         assert np.array_equal(mem.result.view(np.uint32), want.view(np.uint32))
@@ -195,14 +153,14 @@ def test_same_bits_as_the_bottom_counting_in():
     """The switch changes who waits, not the sum: with and without the early bottom, the
     same bits on partitions where bottoms go on past their columns."""
     rng = np.random.default_rng(3)
-    values = _values(rng, 3, 7, 4)
+    values = interleave.values(rng, 3, 7, 4)
     for iters in (2, 3, 4, 5):
-        assert any(bottom_goes_on(c, 7, iters, 21) and sharers(c, 7, iters)[0] !=
-                   sharers(c, 7, iters)[1] for c in range(3))
+        assert any(interleave.bottom_goes_on(c, 7, iters, 21) and
+                   len(set(interleave.sharers(c, 7, iters))) == 2 for c in range(3))
         got = {}
         for early in (False, True):
             mem = Memory(3, -(-21 // iters), 4)
-            launch(mem, values, iters, _last_first(iters), early=early)
+            launch(mem, values, iters, interleave.last_first(iters), early=early)
             got[early] = mem.result.copy()
         assert np.array_equal(got[False].view(np.uint32), got[True].view(np.uint32))
 
@@ -212,11 +170,13 @@ def test_without_the_clears_a_later_launch_reads_old_words():
     which then add the previous launch's partial when they run before the bottom writes."""
     rng = np.random.default_rng(4)
     mem = Memory(2, 4, 3)
-    first = _values(rng, 2, 7, 3)
-    launch(mem, first, 4, _last_first(0), clear=False)   # iters 4: column 0's bottom goes on
+    first = interleave.values(rng, 2, 7, 3)
+    # iters 4: column 0's bottom goes on
+    launch(mem, first, 4, interleave.last_first(0), clear=False)
     assert mem.words.any()
-    second = _values(rng, 2, 7, 3)
-    launch(mem, second, 4, _first_first(1), clear=False)  # CTA 0, column 0's waiter, first
+    second = interleave.values(rng, 2, 7, 3)
+    # CTA 0, column 0's waiter, first
+    launch(mem, second, 4, interleave.first_first(1), clear=False)
     assert not np.array_equal(mem.result.view(np.uint32),
                               reference(second, 4).view(np.uint32))
 
@@ -225,7 +185,8 @@ def test_a_waiter_that_does_not_read_again_adds_an_unwritten_word():
     """And the spin matters: a waiter that takes a word of 0 as written adds garbage (here the
     inverted 0, a NaN) when it sums before the bottom has written."""
     rng = np.random.default_rng(5)
-    values = _values(rng, 2, 7, 3)
+    values = interleave.values(rng, 2, 7, 3)
     mem = Memory(2, 4, 3)
-    launch(mem, values, 4, _first_first(2), spin=False)  # column 0's waiter before its bottom
+    # column 0's waiter before its bottom
+    launch(mem, values, 4, interleave.first_first(2), spin=False)
     assert np.isnan(mem.result).any()

@@ -122,10 +122,6 @@ def _launch_bound(cfg) -> int:
     return min(65536 // cfg.blocks_per_sm // cfg.launch_threads // 8 * 8, 255)
 
 
-#: The producer examples whose launch bounds say something: those that hand registers over
-#: (``producer_registers``) and those held below the hardware's 255. Left out: the ones with
-#: 256 threads at launch and one CTA per SM (``producer_registers`` None, bound 255, any
-#: compiled count fits).
 #: Shared-sum instances (the parallel reduction on tiles of 32 rows or more) for the
 #: MARLIN_COOP_EARLY build (NOTES.md entry 112): mma.sync with one and several row blocks per
 #: warp, wgmma with and without a producer, 16-, 32- and 64-column warps, two CTAs per SM,
@@ -138,6 +134,24 @@ COOP_EARLY_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
     "t256_m2_n16_k8_s8_g8_fp32par_sw4_wg_w32_ws", "t128_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws_b2",
     "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"))
 
+#: Serial-chain instances on tiles of 32 rows or more for the MARLIN_CHAIN_EARLY build
+#: (NOTES.md entry 113): mma.sync (the second CTA's turn in place) with one and several row
+#: blocks per warp, wgmma with and without a producer (its turn after the loop), 32- and
+#: 64-column warps, two CTAs per SM, per-channel scales, at most two CTAs per column (the
+#: second is the top: its staged store after the loop), the 48-, 80- and 128-row slabs, and
+#: the table's serial-chain configs at M = 32..128.
+CHAIN_EARLY_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
+    "t128_m4_n4_k8_s4_g8_fp32", "t256_m4_n8_k16_s4_g8_fp32",
+    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg", "t256_m4_n16_k8_s4_gc_fp32_sw8_wg",
+    "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg",
+    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_ws", "t256_m3_n16_k8_s6_g8_fp32_sw6_wg_w32_ws",
+    "t256_m4_n16_k8_s6_g8_fp32_sw8_wg_w32_ws_c2", "t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws",
+    "t256_m5_n16_k8_s4_g8_fp32_sw10_wg_w32_ws", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"))
+
+#: The producer examples whose launch bounds say something: those that hand registers over
+#: (``producer_registers``) and those held below the hardware's 255. Left out: the ones with
+#: 256 threads at launch and one CTA per SM (``producer_registers`` None, bound 255, any
+#: compiled count fits).
 BOUNDED_PRODUCERS = tuple(c for c in PRODUCER_EXAMPLES
                           if c.producer_registers is not None or _launch_bound(c) < 255)
 
@@ -437,6 +451,32 @@ class TestParallelReduction:
         _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
                            (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
                            seed=112, builds=builds, plan_check=room)
+
+    @pytest.mark.parametrize("cfg", CHAIN_EARLY_EXAMPLES, ids=lambda c: c.name)
+    def test_chain_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
+        """The serial chain with the mid-stripe bottom's partial as words
+        (``MARLIN_CHAIN_EARLY``, a measurement build; NOTES.md entry 113) against the shipped
+        build: the same bits on many partitions (bottoms going on past their columns, and
+        ending with them; chains of two CTAs and of many), at M of one slab and of two with a
+        ragged one, three calls back to back without a sync, sym and zero points (each build
+        with the group-scale form the shipped dispatch takes for the weight), and the workspace
+        zero again after them: every second CTA cleared the words it read. The plan holds room
+        for a slot of words per column past the counters and stamps."""
+        from marlin_cupy import ops
+        _skip_unless_runs(cfg, True)
+
+        def builds(sym, mw):
+            fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
+            return ops.build_kernel(cfg, not sym, prefix="#define MARLIN_CHAIN_EARLY 1\n",
+                                    fma=fma), fma
+
+        def room(pl, n):
+            assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
+                (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
+
+        _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
+                           (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
+                           seed=113, builds=builds, plan_check=room)
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)
