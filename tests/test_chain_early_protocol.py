@@ -31,37 +31,24 @@ def chain_reference(values: np.ndarray, iters: int) -> np.ndarray:
     in order (FP32), then CTA bottom's partial, plus CTA bottom - 1's, ..., plus the top's, each
     CTA adding the sum so far to its own partial."""
     columns, k_tiles, elems = values.shape
+    parts = interleave.partials(values, iters)
     out = np.zeros((columns, elems), np.float32)
     for c in range(columns):
         top, bottom = interleave.sharers(c, k_tiles, iters)
-        parts = {}
-        for k in range(k_tiles):
-            b = (c * k_tiles + k) // iters
-            parts[b] = (parts.get(b, np.zeros(elems, np.float32)) + values[c, k]).astype(np.float32)
-        acc = parts[bottom]
+        acc = parts[bottom, c]
         for b in range(bottom - 1, top - 1, -1):
-            acc = (parts[b] + acc).astype(np.float32)
+            acc = (parts[b, c] + acc).astype(np.float32)
         out[c] = acc
     return out
 
 
-class Memory:
-    """What the launches share: the locks (one per CTA, at a column's top), the scratch slots
-    (one per column's top), the word slots (one per column) and the output."""
-
-    def __init__(self, columns: int, grid: int, elems: int):
-        self.lock = [0] * grid
-        self.scratch = {}
-        self.words = np.zeros((columns, elems), np.uint32)
-        self.result = np.full((columns, elems), np.nan, np.float32)
-
-
-def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = True,
-           tail: bool = True, clear: bool = True, spin: bool = True) -> None:
+def launch(mem: interleave.Memory, values: np.ndarray, iters: int, choices,
+           early: bool = True, tail: bool = True, clear: bool = True, spin: bool = True) -> None:
     columns, k_tiles, elems = values.shape
     units = columns * k_tiles
     grid = -(-units // iters)
     mem.result = np.full((columns, elems), np.nan, np.float32)
+    stripes = interleave.partials(values, iters)   # each CTA's, as its stream adds them
 
     def turn(c, part, idx, words):
         """CTA `idx`'s turn in column `c`'s chain (finish_column; chain_tail for the second
@@ -69,7 +56,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
         top, bottom = interleave.sharers(c, k_tiles, iters)
         count = bottom - top + 1
         t = idx - (1 if words else 0)
-        while mem.lock[top] != t:                    # acquire: its turn
+        while mem.locks[top] != t:                    # acquire: its turn
             yield
         acc = part.copy()
         if words and idx == 1:
@@ -88,7 +75,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
         else:
             mem.scratch[top] = acc
         yield
-        mem.lock[top] = 0 if idx == count - 1 else t + 1   # release
+        mem.locks[top] = 0 if idx == count - 1 else t + 1   # release
         yield
         if words and idx == 1 and clear:
             for e in range(elems):
@@ -96,11 +83,8 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
                 yield
 
     def cta(b):
-        lo, hi = b * iters, min(units, (b + 1) * iters)
-        parts = {}
-        for u in range(lo, hi):                      # streaming (no shared state)
-            c, k = divmod(u, k_tiles)
-            parts[c] = (parts.get(c, np.zeros(elems, np.float32)) + values[c, k]).astype(np.float32)
+        hi = min(units, (b + 1) * iters)
+        parts = {c: part for (cta, c), part in stripes.items() if cta == b}
         last = (hi - 1) // k_tiles
         deferred = None
         for c, part in parts.items():                # the columns it ends, in order
@@ -133,16 +117,9 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
        data=st.data())
 def test_any_interleaving_gives_the_chains_sum_and_clears(columns, k_tiles, iters, elems, tail,
                                                          seed, data):
-    rng = np.random.default_rng(seed)
-    grid = -(-columns * k_tiles // iters)
-    mem = Memory(columns, grid, elems)
     choices = lambda n: data.draw(st.integers(0, n - 1))  # noqa: E731
-    for _ in range(2):                   # a second launch, new values, on the memory left
-        values = interleave.values(rng, columns, k_tiles, elems)
-        launch(mem, values, iters, choices, tail=tail)
-        want = chain_reference(values, iters)
-        assert np.array_equal(mem.result.view(np.uint32), want.view(np.uint32))
-        assert mem.lock == [0] * grid and not mem.words.any()
+    interleave.two_launches(launch, chain_reference, columns, k_tiles, iters, elems,
+                            np.random.default_rng(seed), choices, tail=tail)
 
 
 def test_same_bits_as_the_shipped_chain():
@@ -155,7 +132,7 @@ def test_same_bits_as_the_shipped_chain():
                    len(set(interleave.sharers(c, 7, iters))) == 2 for c in range(3))
         got = []
         for early, tail in ((False, False), (True, False), (True, True)):
-            mem = Memory(3, -(-21 // iters), 4)
+            mem = interleave.Memory(3, -(-21 // iters), 4)
             launch(mem, values, iters, interleave.last_first(iters), early=early, tail=tail)
             got.append(mem.result.view(np.uint32).copy())
         assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
@@ -164,25 +141,10 @@ def test_same_bits_as_the_shipped_chain():
 def test_without_the_clears_a_later_launch_reads_old_words():
     """The check can fail: words left in the slot look written to the next launch's second
     CTA, which then adds the previous launch's partial when it runs before the bottom writes."""
-    rng = np.random.default_rng(4)
-    mem = Memory(2, 4, 3)
-    first = interleave.values(rng, 2, 7, 3)
-    # iters 4: column 0 is CTAs 0 and 1, and CTA 1 goes on into column 1
-    launch(mem, first, 4, interleave.last_first(0), clear=False)
-    assert mem.words.any()
-    second = interleave.values(rng, 2, 7, 3)
-    # CTA 0, column 0's second CTA, first
-    launch(mem, second, 4, interleave.first_first(1), clear=False)
-    assert not np.array_equal(mem.result.view(np.uint32),
-                              chain_reference(second, 4).view(np.uint32))
+    assert interleave.old_words_read(launch, chain_reference)
 
 
 def test_a_second_cta_that_does_not_read_again_adds_an_unwritten_word():
     """And the spin matters: taking a word of 0 as written adds garbage (the inverted 0, a
     NaN) when the second CTA runs before the bottom has written."""
-    rng = np.random.default_rng(5)
-    values = interleave.values(rng, 2, 7, 3)
-    mem = Memory(2, 4, 3)
-    # column 0's second CTA before its bottom
-    launch(mem, values, 4, interleave.first_first(2), spin=False)
-    assert np.isnan(mem.result).any()
+    assert interleave.unwritten_word_added(launch)

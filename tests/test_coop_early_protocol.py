@@ -34,50 +34,34 @@ def reference(values: np.ndarray, iters: int) -> np.ndarray:
     """Each column's result: each CTA's units of the column added in order (FP32, per
     element); a split column's partials then added from +0 in the order bottom..top."""
     columns, k_tiles, elems = values.shape
+    parts = interleave.partials(values, iters)
     out = np.zeros((columns, elems), np.float32)
     for c in range(columns):
         top, bottom = interleave.sharers(c, k_tiles, iters)
-        parts = {}
-        for k in range(k_tiles):
-            b = (c * k_tiles + k) // iters
-            parts[b] = (parts.get(b, np.zeros(elems, np.float32)) + values[c, k]).astype(np.float32)
         if top == bottom:
-            out[c] = parts[top]
+            out[c] = parts[top, c]
             continue
         acc = np.zeros(elems, np.float32)
         for b in range(bottom, top - 1, -1):
-            acc = (acc + parts[b]).astype(np.float32)
+            acc = (acc + parts[b, c]).astype(np.float32)
         out[c] = acc
     return out
 
 
-class Memory:
-    """What the launches share: the counters (one per CTA, at a column's top), the scratch
-    slots (two per CTA), the word slots (one per column) and the output."""
-
-    def __init__(self, columns: int, grid: int, elems: int):
-        self.count = [0] * grid
-        self.scratch = {}
-        self.words = np.zeros((columns, elems), np.uint32)
-        self.result = np.full((columns, elems), np.nan, np.float32)
-
-
-def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = True,
-           clear: bool = True, spin: bool = True) -> None:
+def launch(mem: interleave.Memory, values: np.ndarray, iters: int, choices,
+           early: bool = True, clear: bool = True, spin: bool = True) -> None:
     columns, k_tiles, elems = values.shape
     units = columns * k_tiles
     grid = -(-units // iters)
     mem.result = np.full((columns, elems), np.nan, np.float32)
+    stripes = interleave.partials(values, iters)   # each CTA's, as its stream adds them
 
     def slot(b, top):
         return 2 * b + (1 if b == top else 0)
 
     def cta(b):
-        lo, hi = b * iters, min(units, (b + 1) * iters)
-        parts = {}
-        for u in range(lo, hi):                      # streaming (no shared state)
-            c, k = divmod(u, k_tiles)
-            parts[c] = (parts.get(c, np.zeros(elems, np.float32)) + values[c, k]).astype(np.float32)
+        hi = min(units, (b + 1) * iters)
+        parts = {c: part for (cta, c), part in stripes.items() if cta == b}
         last = (hi - 1) // k_tiles
         for c, part in parts.items():                # the columns it ends, in order
             top, bottom = interleave.sharers(c, k_tiles, iters)
@@ -92,7 +76,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
                 continue                             # no count-in; on with the stripe
             mem.scratch[slot(b, top)] = part
             yield
-            mem.count[top] += 1                      # release, then count in
+            mem.locks[top] += 1                      # release, then count in
             yield
         # After the main loop: a waiter of its last column if that column is split.
         c = last
@@ -103,7 +87,7 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
         skip = early and goes_on                     # the early bottom does not count in
         count = bottom - top + (0 if skip else 1)
         waiters = bottom - top + (0 if goes_on else 1)
-        while mem.count[top] < count:                # acquire: every count-in seen
+        while mem.locks[top] < count:                # acquire: every count-in seen
             yield
         rank = b - top
         e_lo, e_hi = elems * rank // waiters, elems * (rank + 1) // waiters
@@ -124,9 +108,9 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
             if skip and clear:
                 mem.words[c, e] = 0                  # its share of the slot, 0 again
             yield
-        mem.count[top] += 1                          # count out
-        if mem.count[top] == count + waiters:
-            mem.count[top] = 0                       # the last re-arms
+        mem.locks[top] += 1                          # count out
+        if mem.locks[top] == count + waiters:
+            mem.locks[top] = 0                       # the last re-arms
         yield
 
     interleave.run([cta(b) for b in range(grid)], choices)
@@ -137,16 +121,9 @@ def launch(mem: Memory, values: np.ndarray, iters: int, choices, early: bool = T
        elems=st.integers(1, 5), seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_any_interleaving_gives_the_bottom_to_top_sum_and_clears(columns, k_tiles, iters,
                                                                   elems, seed, data):
-    rng = np.random.default_rng(seed)
-    grid = -(-columns * k_tiles // iters)
-    mem = Memory(columns, grid, elems)
     choices = lambda n: data.draw(st.integers(0, n - 1))  # noqa: E731
-    for _ in range(2):                   # a second launch, new values, on the memory left
-        values = interleave.values(rng, columns, k_tiles, elems)
-        launch(mem, values, iters, choices)
-        want = reference(values, iters)
-        assert np.array_equal(mem.result.view(np.uint32), want.view(np.uint32))
-        assert mem.count == [0] * grid and not mem.words.any()
+    interleave.two_launches(launch, reference, columns, k_tiles, iters, elems,
+                            np.random.default_rng(seed), choices)
 
 
 def test_same_bits_as_the_bottom_counting_in():
@@ -159,7 +136,7 @@ def test_same_bits_as_the_bottom_counting_in():
                    len(set(interleave.sharers(c, 7, iters))) == 2 for c in range(3))
         got = {}
         for early in (False, True):
-            mem = Memory(3, -(-21 // iters), 4)
+            mem = interleave.Memory(3, -(-21 // iters), 4)
             launch(mem, values, iters, interleave.last_first(iters), early=early)
             got[early] = mem.result.copy()
         assert np.array_equal(got[False].view(np.uint32), got[True].view(np.uint32))
@@ -168,25 +145,10 @@ def test_same_bits_as_the_bottom_counting_in():
 def test_without_the_clears_a_later_launch_reads_old_words():
     """The check can fail: words left in the slot look written to the next launch's waiters,
     which then add the previous launch's partial when they run before the bottom writes."""
-    rng = np.random.default_rng(4)
-    mem = Memory(2, 4, 3)
-    first = interleave.values(rng, 2, 7, 3)
-    # iters 4: column 0's bottom goes on
-    launch(mem, first, 4, interleave.last_first(0), clear=False)
-    assert mem.words.any()
-    second = interleave.values(rng, 2, 7, 3)
-    # CTA 0, column 0's waiter, first
-    launch(mem, second, 4, interleave.first_first(1), clear=False)
-    assert not np.array_equal(mem.result.view(np.uint32),
-                              reference(second, 4).view(np.uint32))
+    assert interleave.old_words_read(launch, reference)
 
 
 def test_a_waiter_that_does_not_read_again_adds_an_unwritten_word():
     """And the spin matters: a waiter that takes a word of 0 as written adds garbage (here the
     inverted 0, a NaN) when it sums before the bottom has written."""
-    rng = np.random.default_rng(5)
-    values = interleave.values(rng, 2, 7, 3)
-    mem = Memory(2, 4, 3)
-    # column 0's waiter before its bottom
-    launch(mem, values, 4, interleave.first_first(2), spin=False)
-    assert np.isnan(mem.result).any()
+    assert interleave.unwritten_word_added(launch)

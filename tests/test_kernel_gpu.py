@@ -116,6 +116,30 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
             judge(cp.asnumpy(x), qw, got[0])
 
 
+def _words_switch_same_bits(cfg, switch, seed):
+    """``cfg`` built with ``switch`` (lever D's mid-stripe bottom as words: MARLIN_COOP_EARLY
+    or MARLIN_CHAIN_EARLY) against the shipped build: the same bits on many partitions (40
+    tiles per column: bottoms going on past their columns at 7, 11, 23 CTAs on one slab and 7,
+    11, 17, 23, 97 on two, and ending with them at 3, 33 and the full grid), at M of one slab
+    and of two with a ragged one, three calls back to back without a sync, sym and zero points
+    (each build with the group-scale form the shipped dispatch takes for the weight), and the
+    workspace zero again after them. The plan holds room for a slot of words per column past
+    the counters and stamps."""
+    from marlin_cupy import ops
+
+    def builds(sym, mw):
+        fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
+        return ops.build_kernel(cfg, not sym, prefix=f"#define {switch} 1\n", fma=fma), fma
+
+    def room(pl, n):
+        assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
+            (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
+
+    _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
+                       (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
+                       seed=seed, builds=builds, plan_check=room)
+
+
 def _launch_bound(cfg) -> int:
     """Registers per thread that ``__launch_bounds__(launch_threads, blocks_per_sm)`` allows:
     the SM's 65536 shared by the CTAs, in steps of 8 per thread, at most 255."""
@@ -427,56 +451,19 @@ class TestParallelReduction:
     @pytest.mark.parametrize("cfg", COOP_EARLY_EXAMPLES, ids=lambda c: c.name)
     def test_coop_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
         """The shared sum with the mid-stripe bottom's partial as words (``MARLIN_COOP_EARLY``,
-        a measurement build; NOTES.md entry 112) against the shipped build: the same bits on
-        many partitions (bottoms going on past their columns, and ending with them), at M of
-        one slab and of two with a ragged one, three calls back to back without a sync, sym and
-        zero points (each build with the group-scale form the shipped dispatch takes for the
-        weight), and the workspace zero again after them: every waiter cleared its words. The
-        plan holds room for a slot of words per column past the counters and stamps."""
-        from marlin_cupy import ops
+        a measurement build; NOTES.md entry 112) against the shipped build
+        (``_words_switch_same_bits``): every waiter cleared its words."""
         _skip_unless_runs(cfg, True)
-
-        def builds(sym, mw):
-            fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
-            return ops.build_kernel(cfg, not sym, prefix="#define MARLIN_COOP_EARLY 1\n",
-                                    fma=fma), fma
-
-        def room(pl, n):
-            assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
-                (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
-
-        # 40 tiles per column: bottoms inside stripes at 7, 11, 23 CTAs (one slab) and
-        # 7, 11, 17, 23, 97 (two slabs); every bottom at its column's end at 3, 33 and on the
-        # full grid.
-        _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
-                           (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
-                           seed=112, builds=builds, plan_check=room)
+        _words_switch_same_bits(cfg, "MARLIN_COOP_EARLY", 112)
 
     @pytest.mark.parametrize("cfg", CHAIN_EARLY_EXAMPLES, ids=lambda c: c.name)
     def test_chain_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
         """The serial chain with the mid-stripe bottom's partial as words
         (``MARLIN_CHAIN_EARLY``, a measurement build; NOTES.md entry 113) against the shipped
-        build: the same bits on many partitions (bottoms going on past their columns, and
-        ending with them; chains of two CTAs and of many), at M of one slab and of two with a
-        ragged one, three calls back to back without a sync, sym and zero points (each build
-        with the group-scale form the shipped dispatch takes for the weight), and the workspace
-        zero again after them: every second CTA cleared the words it read. The plan holds room
-        for a slot of words per column past the counters and stamps."""
-        from marlin_cupy import ops
+        build (``_words_switch_same_bits``), in chains of two CTAs and of many: every second
+        CTA cleared the words it read."""
         _skip_unless_runs(cfg, True)
-
-        def builds(sym, mw):
-            fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
-            return ops.build_kernel(cfg, not sym, prefix="#define MARLIN_CHAIN_EARLY 1\n",
-                                    fma=fma), fma
-
-        def room(pl, n):
-            assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
-                (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
-
-        _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
-                           (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
-                           seed=113, builds=builds, plan_check=room)
+        _words_switch_same_bits(cfg, "MARLIN_CHAIN_EARLY", 113)
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)
