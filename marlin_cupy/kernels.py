@@ -55,6 +55,19 @@ def _base_source() -> str:
 _DEFINE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(-?[0-9]+)$")
 
 
+def switch_default(name: str) -> int:
+    """The value the kernel source gives its compile-time switch ``name`` when nothing defines
+    it: its ``#ifndef NAME`` / ``#define NAME <integer>`` block. A name the source has no such
+    block for is an error (a misspelt switch would otherwise read as 0)."""
+    found = re.search(rf"^#ifndef {re.escape(name)}\n#define {re.escape(name)} (-?\d+)\n",
+                      _base_source(), re.MULTILINE)
+    if not found:
+        raise ValueError(f"{name} is not a compile-time switch of the kernel source "
+                         f"(cuda/{KERNEL_FILE} and its headers have no '#ifndef {name}' block "
+                         f"defining it to an integer)")
+    return int(found.group(1))
+
+
 def defines() -> dict:
     """The compile-time switches of ``$MARLIN_CUPY_DEFINES`` ("NAME=INT,NAME=INT") as
     ``{NAME: value}``, empty when unset: switches of cuda/marlin.cuh (its experiments and A/B

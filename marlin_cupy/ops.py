@@ -222,12 +222,13 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
 def _switch(prefix: str, name: str) -> int:
     """The value a build of ``prefix`` + ``kernels.marlin_source`` gives the switch ``name``:
     ``$MARLIN_CUPY_DEFINES``'s (its ``#define`` comes after the prefix's, and the later one
-    holds), else the prefix's, else 0."""
+    holds), else the prefix's, else the kernel source's default (``kernels.switch_default``:
+    a switch whose default becomes 1 is then sized for in every build)."""
     env = kernels.defines()
     if name in env:
         return env[name]
     found = re.search(rf"#define\s+{name}\s+(-?\d+)", prefix)
-    return int(found.group(1)) if found else 0
+    return int(found.group(1)) if found else kernels.switch_default(name)
 
 
 #: (Measurement, benchmarks/NOTES.md entry 101) The ``MARLIN_WS_TMA_A`` builds that

@@ -673,6 +673,27 @@ def test_a_builds_switches_come_from_the_environment_then_its_prefix(monkeypatch
     assert ops._switch("#define MARLIN_COOP_HALF 1\n", "MARLIN_COOP_HALF") == 1
 
 
+def test_switch_defaults_come_from_the_kernel_source(monkeypatch):
+    """ops reads a switch that neither $MARLIN_CUPY_DEFINES nor a build's prefix sets at the
+    kernel source's own default: were a word switch's default made 1, its builds would still
+    get their slots (ops._plan sizes them for the builds ``_switch`` says have it)."""
+    from marlin_cupy import ops
+    monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
+    assert kernels.switch_default("MARLIN_PROBE") == 0
+    assert kernels.switch_default("MARLIN_EPI_TAIL") == 2
+    assert kernels.switch_default("MARLIN_COOP_REARM_RELAXED") == 1
+    assert ops._switch("", "MARLIN_EPI_TAIL") == 2
+    assert ops._switch("#define MARLIN_EPI_TAIL 1\n", "MARLIN_EPI_TAIL") == 1
+    with pytest.raises(ValueError, match="MARLIN_CHAIN_EARLLY is not a compile-time switch"):
+        ops._switch("", "MARLIN_CHAIN_EARLLY")
+    real = kernels._base_source()
+    flipped = real.replace("#ifndef MARLIN_CHAIN_EARLY\n#define MARLIN_CHAIN_EARLY 0\n",
+                           "#ifndef MARLIN_CHAIN_EARLY\n#define MARLIN_CHAIN_EARLY 1\n")
+    assert flipped != real
+    monkeypatch.setattr(kernels, "_base_source", lambda: flipped)
+    assert ops._switch("", "MARLIN_CHAIN_EARLY") == 1
+
+
 @pytest.mark.parametrize("switch,handles", [("MARLIN_COOP_EARLY", "_coop_early"),
                                              ("MARLIN_CHAIN_EARLY", "_chain_early")])
 def test_word_switches_and_their_workspace_agree_with_ops(switch, handles):
