@@ -13,6 +13,19 @@ thread's copies in flight (NOTES.md entries 53 and 68). Every such CTA is counte
 row: how many CTAs of full stripes have 0 (or 1, 2, ..) of these mid-stripe ends, their mean
 and longest stream (points 3 to 4, averaged over the launches), the difference of the means,
 and in how many launches the CTA that streamed longest had one.
+
+    python3 scripts/stripe_stall.py --what-if [--store-us 0.4] [--sets llama2-7b,llama2-13b]
+                                    TIMELINE.json[.gz] ...
+
+``--what-if`` plays the mid-stripe ends away on the recorded launches (``what_if``; lever D,
+NOTES.md entries 112-113): each CTA with one streams less by its excess over the median of
+the CTAs without one, at most the row's penalty less ``--store-us`` (what writing its partial
+as words still costs), and the CTAs that end their stripes in the same split column (who wait
+for each other's partials: the shared sum's waiters, the serial chain's turns) exit earlier by
+as much as their latest arrival moved; every other CTA keeps its times. Per row the median
+span over the launches, recorded and played, and the difference; per record, set (the first of
+``--sets`` that holds the layer) and M their sums against the rows' summed event times. An estimate: it ignores that a column's waits
+may be set by a CTA outside that group, and that the words may arrive after the others.
 """
 from __future__ import annotations
 
@@ -86,10 +99,58 @@ def row_stalls(row: dict) -> dict:
             "penalty_us": penalty, "slowest_has_split": float(np.mean(slowest))}
 
 
+def what_if(row: dict, store_us: float = 0.4) -> dict:
+    """The row's launches with the mid-stripe ends played away (see the module's ``--what-if``):
+    ``span_us`` and ``played_us``, the medians over the launches of the recorded span (first
+    CTA entry to last exit) and the played one, and ``gain_us`` their difference."""
+    stalls = row_stalls(row)
+    cfg = KernelConfig.from_name(row["config"])
+    slabs = -(-row["m"] // cfg.tile_m)
+    k_tiles = row["k"] // cfg.tile_k
+    units = k_tiles * (row["n"] // cfg.tile_n) * slabs
+    grid = int(row["grid"])
+    iters = -(-units // grid)
+    splits = mid_stripe_splits(units, k_tiles, grid)
+    busy = len(splits)
+    full = np.array([min(iters, units - b * iters) == iters for b in range(busy)])
+    cap = max(0.0, (stalls["penalty_us"] or 0.0) - store_us) * 1e3
+    # The CTAs that end their stripe in the same split column, by that column.
+    groups = {}
+    for b in range(busy):
+        last = (min((b + 1) * iters, units) - 1) // k_tiles
+        if last * k_tiles // iters != (last * k_tiles + k_tiles - 1) // iters:
+            groups.setdefault(last, []).append(b)
+    spans, played = [], []
+    for launch in row["raw"]:
+        pts = np.asarray(launch["points_ns"], dtype=float)[:busy]
+        stream = pts[:, 4] - pts[:, 3]
+        base = np.median(stream[full & (splits == 0)]) if (full & (splits == 0)).any() else None
+        cut = np.zeros(busy)
+        if base is not None:
+            cut[splits > 0] = np.clip(stream[splits > 0] - base, 0.0, cap)
+        shift = cut.copy()
+        for members in groups.values():
+            arrive = pts[members, 5]
+            moved = float(arrive.max() - (arrive - cut[members]).max())
+            shift[members] = moved
+        spans.append(pts[:, 6].max() - pts[:, 0].min())
+        played.append((pts[:, 6] - shift).max() - pts[:, 0].min())
+    span, play = float(np.median(spans)) / 1e3, float(np.median(played)) / 1e3
+    return {"config": cfg.name, "span_us": span, "played_us": play, "gain_us": span - play}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("timelines", nargs="+")
+    p.add_argument("--what-if", action="store_true",
+                   help="play the mid-stripe ends away on the recorded launches (what_if)")
+    p.add_argument("--store-us", type=float, default=0.4,
+                   help="(--what-if) what a mid-stripe end still costs, µs")
+    p.add_argument("--sets", default="llama2-7b,llama2-13b,llama2-70b",
+                   help="(--what-if) the sets to sum the rows by")
     a = p.parse_args(argv)
+    if a.what_if:
+        return print_what_if(a.timelines, a.store_us, a.sets)
     print("| record | layer | M | config | CTAs by mid-stripe split ends: count, mean (max) "
           "stream, µs | penalty | slowest has one |")
     print("| --- | --- | ---: | --- | --- | ---: | ---: |")
@@ -102,6 +163,34 @@ def main(argv=None) -> int:
             pen = "-" if s["penalty_us"] is None else f"{s['penalty_us']:+.2f}"
             print(f"| {Path(path).name} | {row['k']}x{row['n']} | {row['m']} | `{s['config']}` | "
                   f"{groups} | {pen} | {100 * s['slowest_has_split']:.0f} % |")
+    return 0
+
+
+def print_what_if(paths, store_us: float, sets: str) -> int:
+    """The --what-if table: a row per layer and M, then per record, set and M the sums."""
+    from marlin_cupy.bench.shapes import set_shapes
+    names = [t.strip() for t in sets.split(",") if t.strip()]
+    owner = {}
+    for name in reversed(names):        # the first set that holds a layer names it
+        owner.update({tuple(s): name for s in set_shapes(name)})
+    print(f"Mid-stripe ends played away (stripe_stall.py --what-if, store {store_us:.2f} µs)\n")
+    print("| record | layer | M | config | span µs | played µs | gain µs |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: |")
+    sums = {}
+    for path in paths:
+        rec = read_json(path)
+        for row in rec["rows"]:
+            w = what_if(row, store_us)
+            print(f"| {Path(path).name} | {row['k']}x{row['n']} | {row['m']} | `{w['config']}` "
+                  f"| {w['span_us']:.2f} | {w['played_us']:.2f} | {w['gain_us']:.2f} |")
+            key = (Path(path).name, owner.get((row["k"], row["n"]), "other"), row["m"])
+            event, gain = sums.get(key, (0.0, 0.0))
+            sums[key] = (event + row["event_us"], gain + w["gain_us"])
+    print("\n| record | set | M | rows' event times, µs | gain, µs | share |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for (name, group, m), (event, gain) in sorted(sums.items()):
+        print(f"| {name} | {group} | {m} | {event:.1f} | {gain:.2f} | "
+              f"{100 * gain / event:.1f} % |")
     return 0
 
 

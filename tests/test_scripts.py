@@ -614,6 +614,37 @@ def test_stripe_stall_row_groups_and_penalty():
         ss.row_stalls({k: v for k, v in row.items() if k != "raw"})
 
 
+def test_stripe_stall_what_if_moves_the_groups_by_their_latest_arrival():
+    np = pytest.importorskip("numpy")
+    ss = _load("stripe_stall")
+    # The layout above: 3 columns of 4 units, 4 CTAs of 3. CTAs 1 and 2 hold the bottoms of
+    # columns 0 and 1 inside their stripes; by their last column the CTAs wait as {0}, {1}
+    # and {2, 3} (column 2, split between CTAs 2 and 3).
+    cfg = "t256_m1_n8_k8_s8_g8_fp32par_sw1"
+    stream = np.array([3000.0, 4000.0, 4200.0, 3100.0])
+    pts = np.zeros((4, 9))
+    pts[:, 3] = 100.0
+    pts[:, 4] = 100.0 + stream
+    pts[:, 5] = pts[:, 4] + 10.0
+    pts[:, 6] = pts[:, 5] + 1000.0
+    row = {"k": 512, "n": 384, "m": 1, "config": cfg, "grid": 4,
+           "raw": [{"points_ns": pts.tolist(), "sm": [0, 1, 2, 3]}] * 3}
+    # Penalty 1.05 µs (entry above); less the store's 0.4 µs, CTAs 1 and 2 stream 0.65 µs
+    # less (their excess over the median 3.05 µs is more). CTA 2 arrived last in its group,
+    # so CTA 3 exits 0.65 µs earlier too; the span (CTA 2's exit, 5.31 µs) falls to 4.66.
+    w = ss.what_if(row, store_us=0.4)
+    assert w["span_us"] == pytest.approx(5.31) and w["played_us"] == pytest.approx(4.66)
+    assert w["gain_us"] == pytest.approx(0.65)
+    # A store that costs the whole penalty leaves nothing to take.
+    assert ss.what_if(row, store_us=2.0)["gain_us"] == pytest.approx(0.0)
+    # CTA 3 arriving last in {2, 3} (1.5 µs later, after the same stream) holds the group:
+    # only CTA 1's exit moves, and the span stays CTA 3's.
+    pts[3, 5:7] += 1500.0
+    row["raw"] = [{"points_ns": pts.tolist(), "sm": [0, 1, 2, 3]}]
+    w = ss.what_if(row, store_us=0.4)
+    assert w["span_us"] == pytest.approx(5.71) and w["gain_us"] == pytest.approx(0.0)
+
+
 def test_sanitize_case_fp16_errors_file_round_trip(tmp_path):
     """sanitize_case --fp16-errors: what the plain run writes, the sanitized runs read back
     under the same keys (one per shape, group size and symmetry); a missing file is empty."""
