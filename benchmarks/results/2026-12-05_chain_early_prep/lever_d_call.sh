@@ -1,6 +1,7 @@
 #!/bin/bash
 # Lever D (NOTES.md entries 112-113), prepared on 2026-12-05 without a device: two device
-# calls of at most 8 minutes each that measure MARLIN_COOP_EARLY and MARLIN_CHAIN_EARLY. Run
+# calls that measure MARLIN_COOP_EARLY and MARLIN_CHAIN_EARLY, each step under a timeout so
+# that a call stays within the tool's 10 minutes (PART=1 at most 540 s, PART=2 420 s). Run
 # from the tree's root as
 #     S=<commit> L=<label> PART=1 bash benchmarks/results/2026-12-05_chain_early_prep/lever_d_call.sh
 # and then with PART=2 (S: the commit the tree came from, for the records; L: a folder name
@@ -28,7 +29,7 @@ case "${PART:?PART=1 or 2}" in
 1)
   # the tests' builds (the switch's and the shipped twin's, sym and zero points, with and
   # without the fused scale) compiled in parallel first, as device_check.py warms the suite's
-  run warm 120 python3 -c "
+  run warm 100 python3 -c "
 import os, sys
 sys.path.insert(0, 'tests')
 from marlin_cupy import jit, kernels, ops
@@ -42,11 +43,11 @@ for cfgs, switch in ((COOP_EARLY_EXAMPLES, 'MARLIN_COOP_EARLY'), (CHAIN_EARLY_EX
                     todo.append((prefix + kernels.marlin_source(c, zp, fma=fma), c.arch_suffix))
 print('warmed', jit.warm_cache(todo, os.cpu_count() or 4))"
   tail -n 2 $O/warm.log
-  run tests 240 python3 -m pytest -m gpu -q tests/test_kernel_gpu.py -k "coop_early or chain_early"
+  run tests 200 python3 -m pytest -m gpu -q tests/test_kernel_gpu.py -k "coop_early or chain_early"
   tail -n 3 $O/tests.log
-  run ab_both_1 140 python3 scripts/ab_probe.py $O/ab_both_1.json --define $BOTH --m 32,48,64,96,128
+  run ab_both_1 130 python3 scripts/ab_probe.py $O/ab_both_1.json --define $BOTH --m 32,48,64,96,128
   tail -n 7 $O/ab_both_1.log
-  run ab_both_2 120 python3 scripts/ab_probe.py $O/ab_both_2.json --define $BOTH --m 32,48,64,96,128
+  run ab_both_2 110 python3 scripts/ab_probe.py $O/ab_both_2.json --define $BOTH --m 32,48,64,96,128
   tail -n 7 $O/ab_both_2.log ;;
 2)
   run ab_coop 90 python3 scripts/ab_probe.py $O/ab_coop.json --define MARLIN_COOP_EARLY=1 --m 32,64
