@@ -59,12 +59,10 @@ def mid_stripe_splits(units: int, k_tiles: int, grid: int) -> np.ndarray:
     return out
 
 
-def row_stalls(row: dict) -> dict:
-    """Per row: the full-stripe CTAs grouped by their mid-stripe split ends, with their mean and
-    longest stream (µs, each CTA's mean over the launches), ``penalty_us`` (mean of the CTAs
-    with one or more less the mean of those with none; None if either group is empty) and
-    ``slowest_has_split`` (the share of launches whose longest-streaming full-stripe CTA has
-    one)."""
+def partition(row: dict) -> tuple:
+    """A raw row's static partition: its config, ``k_tiles`` (per column), ``units``,
+    ``iters`` (per stripe), ``splits`` (``mid_stripe_splits``, per CTA with work) and ``full``
+    (which of those CTAs have a whole stripe)."""
     if not row.get("raw"):
         raise ValueError(f"row {row.get('k')}x{row.get('n')} M={row.get('m')} has no raw "
                          f"points: record it with timeline_probe.py --raw")
@@ -74,10 +72,19 @@ def row_stalls(row: dict) -> dict:
     slabs = -(-row["m"] // cfg.tile_m)
     k_tiles = row["k"] // cfg.tile_k
     units = k_tiles * (row["n"] // cfg.tile_n) * slabs
-    grid = int(row["grid"])
-    iters = -(-units // grid)
-    splits = mid_stripe_splits(units, k_tiles, grid)
+    iters = -(-units // int(row["grid"]))
+    splits = mid_stripe_splits(units, k_tiles, int(row["grid"]))
     full = np.array([min(iters, units - b * iters) == iters for b in range(len(splits))])
+    return cfg, k_tiles, units, iters, splits, full
+
+
+def row_stalls(row: dict) -> dict:
+    """Per row: the full-stripe CTAs grouped by their mid-stripe split ends, with their mean and
+    longest stream (µs, each CTA's mean over the launches), ``penalty_us`` (mean of the CTAs
+    with one or more less the mean of those with none; None if either group is empty) and
+    ``slowest_has_split`` (the share of launches whose longest-streaming full-stripe CTA has
+    one)."""
+    cfg, _, _, _, splits, full = partition(row)
     streams, slowest = [], []
     for launch in row["raw"]:
         pts = np.asarray(launch["points_ns"], dtype=float)[:len(splits)]
@@ -104,15 +111,8 @@ def what_if(row: dict, store_us: float = 0.4) -> dict:
     ``span_us`` and ``played_us``, the medians over the launches of the recorded span (first
     CTA entry to last exit) and the played one, and ``gain_us`` their difference."""
     stalls = row_stalls(row)
-    cfg = KernelConfig.from_name(row["config"])
-    slabs = -(-row["m"] // cfg.tile_m)
-    k_tiles = row["k"] // cfg.tile_k
-    units = k_tiles * (row["n"] // cfg.tile_n) * slabs
-    grid = int(row["grid"])
-    iters = -(-units // grid)
-    splits = mid_stripe_splits(units, k_tiles, grid)
+    cfg, k_tiles, units, iters, splits, full = partition(row)
     busy = len(splits)
-    full = np.array([min(iters, units - b * iters) == iters for b in range(busy)])
     cap = max(0.0, (stalls["penalty_us"] or 0.0) - store_us) * 1e3
     # The CTAs that end their stripe in the same split column, by that column.
     groups = {}
