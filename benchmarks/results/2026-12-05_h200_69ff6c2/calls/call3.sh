@@ -17,5 +17,5 @@ prof coop_early 13824,5120 32 $C1 MARLIN_COOP_EARLY=1
 prof chain_base 4096,22016 64 $C2 ""
 prof chain_early 4096,22016 64 $C2 MARLIN_CHAIN_EARLY=1
 for n in coop_base coop_early chain_base chain_early; do
-  grep -E '"(Duration|Memory Throughput|DRAM Throughput|L2 Hit Rate|Registers Per Thread)"' $O/${n}_details.csv | cut -d, -f12-16 | head -6 | sed "s/^/$n: /"; done
+  grep -E '"(Duration|Memory Throughput|DRAM Throughput|L2 Hit Rate|Registers Per Thread)"' $O/${n}_details.csv | awk -F'","' '{print $(NF-2), $(NF-1), $NF}' | head -6 | sed "s/^/$n: /"; done
 cd $OUT && tar czf r.tgz call3 && rm -rf call3
