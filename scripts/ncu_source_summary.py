@@ -1,10 +1,16 @@
 """Sum an ncu source page (SASS) by stall reason and by opcode, and list the hottest instructions.
 
     ncu --import REPORT.ncu-rep --page source --csv --print-source sass | gzip > SRC.csv.gz
-    python3 scripts/ncu_source_summary.py SRC.csv.gz [--top 25] > SUMMARY.md
+    python3 scripts/ncu_source_summary.py SRC.csv.gz [--top 25] [--regions] > SUMMARY.md
 
 The report must come from ``--set full --import-source yes`` (warp-stall sampling per
 instruction). Works offline: no GPU and no ncu needed.
+
+``--regions`` adds a table of the samples by part of the code, in address order: the
+*prologue* (up to the main loop), the *main loop* (from the target of the backward branch
+that closes the loop holding the tensor-core instructions, HGMMA or HMMA, to that branch),
+*after the loop* (to the first unconditional EXIT) and the *rest* (code placed after it: the
+producer warp's loop, spin loops the compiler moved out of line).
 """
 import argparse
 import csv
@@ -38,10 +44,36 @@ def opcode(src):
     return s.split(" ")[0].split(".")[0] if s else "?"
 
 
+_TARGET = re.compile(r"BRA\s+(?:`\()?(0x[0-9a-fA-F]+)")
+
+
+def regions(rows):
+    """[(name, first row, end row)] in address order (see --regions)."""
+    addr = [int(r["Address"], 16) for r in rows]
+    ops = [opcode(r["Source"]) for r in rows]
+    mma = [i for i, op in enumerate(ops) if op in ("HGMMA", "HMMA")]
+    if not mma:
+        return [("all", 0, len(rows))]
+    head, back = None, None
+    for i in range(mma[-1] + 1, len(rows)):
+        m = _TARGET.search(rows[i]["Source"]) if ops[i] == "BRA" else None
+        if m and int(m.group(1), 16) <= addr[mma[0]]:
+            head = addr.index(int(m.group(1), 16)) if int(m.group(1), 16) in addr else mma[0]
+            back = i
+            break
+    if back is None:
+        head, back = mma[0], mma[-1]
+    end = next((i for i in range(back + 1, len(rows))
+                if rows[i]["Source"].strip().startswith("EXIT")), len(rows) - 1)
+    return [("prologue", 0, head), ("main loop", head, back + 1),
+            ("after the loop", back + 1, end + 1), ("rest", end + 1, len(rows))]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--regions", action="store_true", help="samples by part of the code")
     a = p.parse_args(argv)
     kernel, rows = read_rows(a.csv)
     stall_cols = [c for c in rows[0] if c.startswith("stall_") and "Not Issued" not in c]
@@ -58,6 +90,19 @@ def main(argv=None):
     for reason, v in by_reason.most_common():
         if v:
             print(f"| {reason} | {100 * v / total_samples:.1f} % |")
+    if a.regions:
+        print("\n| region | instructions | executed (warp instr.) | stall samples | share | top reasons |")
+        print("| --- | ---: | ---: | ---: | ---: | --- |")
+        for name, lo, hi in regions(rows):
+            part = rows[lo:hi]
+            s = sum(num(r["Warp Stall Sampling (All Samples)"]) for r in part)
+            reasons = Counter()
+            for r in part:
+                for c in stall_cols:
+                    reasons[c[len("stall_"):]] += num(r[c])
+            top = ", ".join(f"{k} {100 * v / max(s, 1):.0f} %" for k, v in reasons.most_common(3) if v)
+            print(f"| {name} | {hi - lo} | {int(sum(num(r['Instructions Executed']) for r in part))} | "
+                  f"{int(s)} | {100 * s / max(total_samples, 1):.1f} % | {top} |")
     ops_exec, ops_samp = Counter(), Counter()
     ops_reason = {}
     for r in rows:

@@ -10,7 +10,7 @@ prof() { local name=$1 shape=$2 m=$3 cfg=$4 def=$5
   SHAPE=$shape MARLIN_CUPY_DEFINES=$def timeout 150 ncu --clock-control none --set full --import-source yes \
     --kernel-name regex:marlin -f -o /tmp/$name python3 scripts/profile_case.py $m $cfg > $O/$name.log 2>&1
   ncu --import /tmp/$name.ncu-rep --page source --csv --print-source sass | gzip > $O/$name.csv.gz
-  python3 scripts/ncu_source_summary.py $O/$name.csv.gz --top 40 > $O/$name.md 2>&1
+  python3 scripts/ncu_source_summary.py $O/$name.csv.gz --top 40 --regions > $O/$name.md 2>&1
   echo "$name done"; }
 C1=t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2; C3=t256_m4_n16_k8_s6_g8_fp32_sw8_wg_w32_ws_c2
 prof coop_base 13824,5120 32 $C1 ""
