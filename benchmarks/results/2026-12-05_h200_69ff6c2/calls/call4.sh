@@ -19,4 +19,11 @@ prof chainc2_base 5120,15360 64 $C3 ""
 prof chainc2_early 5120,15360 64 $C3 MARLIN_CHAIN_EARLY=1
 ncu --query-metrics 2>&1 | grep -i -E "icc|imc|instruction.?cache|no_instruction|branch_target" > $O/fetch_metrics.txt
 wc -l $O/fetch_metrics.txt; head -30 $O/fetch_metrics.txt
+# the instruction-fetch counters this ncu has, on the shipped and switch builds of the first row
+MET=$(awk '{print $1}' $O/fetch_metrics.txt | grep -E "^(sm|smsp)__" | head -12 | paste -sd, -)
+if [ -n "$MET" ]; then for d in "" MARLIN_COOP_EARLY=1; do
+  SHAPE=13824,5120 MARLIN_CUPY_DEFINES=$d timeout 100 ncu --clock-control none --metrics \
+    $MET,gpu__time_duration.sum,smsp__pcsamp_warps_issue_stalled_no_instructions.sum \
+    --kernel-name regex:marlin python3 scripts/profile_case.py 32 $C1 >> $O/fetch_counts.log 2>&1
+done; grep -v "^==" $O/fetch_counts.log | tail -40; fi
 cd $OUT && tar czf r.tgz call4 && rm -rf call4
