@@ -92,35 +92,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// (A measurement, NOTES.md entry 112) 1: in the shared sum (MARLIN_PAR_COOP), a split
-// column's bottom CTA whose stripe goes on past the column (it reaches the column's end in the
-// middle of its stream) writes its partial as never-zero words into the column's slot of the
-// locks workspace (word_slot, as the early bottom of the smaller tiles does) and goes on,
-// without the barrier and the GPU-scope release of its count-in, which the others' waiters
-// then do not wait for: they read its words with the first batch of partials, each word again
-// until it is written, add them first (its place in the order bottom..top: the same bits), and
-// set their share of the slot back to 0. At M = 32..64 the CTAs with such a bottom stream
-// 1.2-2.1 µs longer than the others and end the launch (stripe_stall.py on 9cc2e56's
-// timelines). ops sizes the slots for builds with it (ops.build_kernel).
-#ifndef MARLIN_COOP_EARLY
-#define MARLIN_COOP_EARLY 0
-#endif
-
-// (A measurement, NOTES.md entry 113) 1: the same for the serial chain on tiles of 32 rows or
-// more (FP32 partials), where the early bottom (MARLIN_PAR_EARLY_BOTTOM, tiles below 32 rows)
-// does not reach: a split column's bottom CTA whose stripe goes on past the column writes its
-// partial as never-zero words into the column's slot of the locks workspace and goes on,
-// without the turn's acquire, the two barriers and the release of its hand-over. The chain's
-// second CTA (which reaches the column at its stripe's end) takes its turn at once, adds the
-// words in place of the bottom's partial (each word read again until it is written; the same
-// bits) and sets the slot back to 0 after its own hand-over; the others' turns move down by
-// one. At M = 32..64 the chain's mid-stripe bottoms stream 1.9-2.0 µs longer than the other
-// CTAs (4096x22016, 13b's 5120x15360 and 5120x27648; stripe_stall.py on 9cc2e56's timelines).
-// ops sizes the slots for builds with it (ops.build_kernel).
-#ifndef MARLIN_CHAIN_EARLY
-#define MARLIN_CHAIN_EARLY 0
-#endif
-
 // (A measurement, never the default: it rounds each partial to FP16; NOTES.md entry 80) 1: the
 // CTAs of a shared sum (MARLIN_PAR_COOP) leave their partials in the scratch as FP16 (8 bytes
 // per lane and fragment instead of 16) and the waiters read them back into FP32 sums: what half
@@ -2217,11 +2188,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // The same for the serial chain (FP32 partials): the bottom adds first, so the chain's second
   // CTA reads the bottom's words instead of the column's slot, and takes its turn at 0.
   static constexpr bool EARLY_SERIAL = EARLY_ANY && !PAR_REDUCE;
-  // MARLIN_CHAIN_EARLY: the serial chain's mid-stripe bottom as words on the tiles of 32 rows
-  // or more (with or without a producer); the second CTA reads them in batches (add_words),
-  // in the wgmma loop after the loop (CHAIN_TAIL, chain_tail).
-  static constexpr bool CHAIN_EARLY =
-      MARLIN_CHAIN_EARLY && FP32_REDUCE && !PAR_REDUCE && !DYN && TILE_M >= 32;
   // Does split column `col` have an early bottom: does its bottom CTA's stripe go on past it?
   __device__ __forceinline__ bool early_bottom(int col, int bottom) const {
 #if MARLIN_EARLY_RUNTIME
@@ -2232,7 +2198,10 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   // A slot of never-zero words in the locks workspace: the early bottom's of column `index`
   // (EARLY), or the partial of the CTA `index` (TOP_SUM); the layout of store_scratch.
   __device__ __forceinline__ uint4* word_slot(int index) const {
-    return word_base(index) + (mw * N_WARPS + nw) * RED_WARP + lane;
+    const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
+    return reinterpret_cast<uint4*>(locks + region0) +
+           static_cast<size_t>(index) * (TILE_M * TILE_N / 4) + (mw * N_WARPS + nw) * RED_WARP +
+           lane;
   }
   __device__ __forceinline__ uint4* early_slot(int col) const { return word_slot(col); }
   template <int NF>
@@ -2279,29 +2248,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
       acc[f][3] += __uint_as_float(~w.w);
     }
     return ready;
-  }
-  // MARLIN_CHAIN_EARLY: the words at `src` added as add_scratch adds a partial, each read
-  // again until it is written, in batches of 4 fragments (2 or 1 where 4 does not divide NF)
-  // whose reads are all issued before any is tested: ptxas keeps at most 4 plain loads per
-  // thread in flight anyway (NOTES.md entry 77), add_early's one batch would hold 4 NF = 48-256
-  // registers, and batches of 8 spilled on the 128-register 512-thread tiles.
-  template <int NF>
-  __device__ __forceinline__ void add_words(FragC* acc, const uint4* src) {
-    constexpr int B = NF % 4 == 0 ? 4 : NF % 2 == 0 ? 2 : 1;
-#pragma unroll
-    for (int f0 = 0; f0 < NF; f0 += B) {
-      uint4 w[B];
-#pragma unroll
-      for (int b = 0; b < B; b++) w[b] = ld_relaxed_gpu_v4_fresh(src + (f0 + b) * 32);
-#pragma unroll
-      for (int b = 0; b < B; b++) {
-        const float4 x = early_value(words_bits(w[b]), src + (f0 + b) * 32);
-        acc[f0 + b][0] += x.x;
-        acc[f0 + b][1] += x.y;
-        acc[f0 + b][2] += x.z;
-        acc[f0 + b][3] += x.w;
-      }
-    }
   }
   // After the sum: the slot is 0 again for the next launch.
   template <int NF>
@@ -2782,35 +2728,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   static constexpr bool COOP_SMALL = SWAP == 0 && WM >= 2;
   static constexpr int COOP_UNROLL = COOP_SMALL ? 2 : 4;   // elements per thread
   static constexpr int COOP_AHEAD = COOP_SMALL ? 2 : 4;    // partials per element
-  // MARLIN_COOP_EARLY: the mid-stripe bottom's partial as words (FP32 partials only).
-  static constexpr bool COOP_EARLY = COOP && MARLIN_COOP_EARLY && FP32_REDUCE && !MARLIN_COOP_HALF;
-  // Does split column `col` (of `bottom`) have such a bottom?
-  __device__ __forceinline__ bool coop_early(int col, int bottom) const {
-    if constexpr (COOP_EARLY) return !bottom_ends_column(col * k_tiles, bottom);
-    else return false;
-  }
-  // The first word of slot `index` in the locks workspace, past the counters and the stamps
-  // (word_slot adds the thread's place): element e of a slot at + (e / (NF * 32)) * RED_WARP +
-  // e % (NF * 32).
-  __device__ __forceinline__ uint4* word_base(int index) const {
-    const int region0 = (17 * static_cast<int>(gridDim.x) + 3) & ~3;
-    return reinterpret_cast<uint4*>(locks + region0) +
-           static_cast<size_t>(index) * (TILE_M * TILE_N / 4);
-  }
-  // Four words held in a float4's registers (their bits, not yet decoded).
-  static __device__ __forceinline__ float4 words_bits(uint4 w) {
-    return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
-                       __uint_as_float(w.w));
-  }
-  // The bottom's words of an element (`bits`, as words_bits holds them), each read again at
-  // `p` until it is written (the bottom never waits on anything before it writes), as FP32.
-  static __device__ __forceinline__ float4 early_value(float4 bits, const uint4* p) {
-    uint4 w = make_uint4(__float_as_uint(bits.x), __float_as_uint(bits.y),
-                         __float_as_uint(bits.z), __float_as_uint(bits.w));
-    while (w.x == 0u || w.y == 0u || w.z == 0u || w.w == 0u) w = ld_relaxed_gpu_v4<true>(p);
-    return make_float4(__uint_as_float(~w.x), __uint_as_float(~w.y), __uint_as_float(~w.z),
-                       __uint_as_float(~w.w));
-  }
   static_assert(!DYN ||
                     (PAR_REDUCE && !COOP && TILE_M < 48 && !WS && !WGMMA && DYN_Q >= STAGES),
                 "DYN_Q (run-time hand-out) needs the last arriver's sum (PAR_REDUCE, tiles of up "
@@ -2855,9 +2772,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     constexpr size_t SLOT = TILE_M * TILE_N / 4;
     const int begin = static_cast<int>(static_cast<long long>(ELEMS) * rank / waiters);
     const int end = static_cast<int>(static_cast<long long>(ELEMS) * (rank + 1) / waiters);
-    // MARLIN_COOP_EARLY: the bottom's partial is words in the column's slot (coop_early).
-    const bool early = coop_early(n_tile * parallel + slab, bottom);
-    uint4* const words = COOP_EARLY ? word_base(n_tile * parallel + slab) : nullptr;
     for (int e0 = begin + tid; e0 < end; e0 += COOP_UNROLL * THREADS) {
       int off[COOP_UNROLL];
       float4 sum[COOP_UNROLL];
@@ -2873,26 +2787,18 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
-            if (c0 - a >= top && e0 + u * THREADS < end) {
-              // MARLIN_COOP_EARLY: the bottom's words, in its place of the first batch.
-              if (COOP_EARLY && early && c0 - a == bottom)
-                v[a][u] = words_bits(ld_relaxed_gpu_v4_fresh(words + off[u]));
-              else
-                v[a][u] = load_partial(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
-            }
+            if (c0 - a >= top && e0 + u * THREADS < end)
+              v[a][u] = load_partial(scratch + partial_slot(c0 - a, top) * SLOT + off[u]);
 #pragma unroll
         for (int a = 0; a < COOP_AHEAD; a++)
 #pragma unroll
           for (int u = 0; u < COOP_UNROLL; u++)
             // An element past `end` was not loaded: its sum is garbage and is never stored.
             if (c0 - a >= top) {
-              float4 x = v[a][u];
-              if (COOP_EARLY && early && c0 - a == bottom && e0 + u * THREADS < end)
-                x = early_value(x, words + off[u]);
-              sum[u].x += x.x;
-              sum[u].y += x.y;
-              sum[u].z += x.z;
-              sum[u].w += x.w;
+              sum[u].x += v[a][u].x;
+              sum[u].y += v[a][u].y;
+              sum[u].z += v[a][u].z;
+              sum[u].w += v[a][u].w;
             }
       }
 #pragma unroll
@@ -2910,8 +2816,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
             store_c(c + static_cast<size_t>(row) * prob_n + col,
                     __half_as_ushort(__float2half_rn(x[i])));
         }
-        // Each element of the slot is this waiter's alone: 0 again for the next launch.
-        if (COOP_EARLY && early) st_relaxed_gpu_v4(words + off[u], make_uint4(0u, 0u, 0u, 0u));
       }
     }
   }
@@ -2932,13 +2836,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     int4* strip = sh_a + warp * (16 * EPI_CPR);
     const int ln = opaque_lane();
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
-    // MARLIN_COOP_EARLY: the bottom's partial is words in the column's slot (coop_early).
-    const bool early = coop_early(n_tile * parallel + slab, bottom);
-    uint4* const wbase = COOP_EARLY ? word_base(n_tile * parallel + slab) : nullptr;
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
       const float4* base = scratch + w * RED_WARP + lane;
-      uint4* const words = COOP_EARLY ? wbase + w * RED_WARP + lane : nullptr;
       FragC sum[WARP_TILES][2];
       zero_frags<WARP_TILES * 2>(&sum[0][0]);
       for (int c0 = bottom; c0 >= top; c0 -= AHEAD) {
@@ -2949,15 +2849,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
           for (int j = 0; j < WARP_TILES; j++)
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
-              if (c0 - a >= top) {
-                // MARLIN_COOP_EARLY: the bottom's words, in its place of the first batch.
-                if (COOP_EARLY && early && c0 - a == bottom)
-                  v[a][j][hh] = words_bits(
-                      ld_relaxed_gpu_v4_fresh(words + (j * SW + 2 * p + hh) * 32));
-                else
-                  v[a][j][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT +
-                                             (j * SW + 2 * p + hh) * 32);
-              }
+              if (c0 - a >= top)
+                v[a][j][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT +
+                                           (j * SW + 2 * p + hh) * 32);
 #pragma unroll
         for (int a = 0; a < AHEAD; a++)
 #pragma unroll
@@ -2965,24 +2859,14 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
               if (c0 - a >= top) {
-                float4 x = v[a][j][hh];
-                if (COOP_EARLY && early && c0 - a == bottom)
-                  x = early_value(x, words + (j * SW + 2 * p + hh) * 32);
-                sum[j][hh][0] += x.x;
-                sum[j][hh][1] += x.y;
-                sum[j][hh][2] += x.z;
-                sum[j][hh][3] += x.w;
+                sum[j][hh][0] += v[a][j][hh].x;
+                sum[j][hh][1] += v[a][j][hh].y;
+                sum[j][hh][2] += v[a][j][hh].z;
+                sum[j][hh][3] += v[a][j][hh].w;
               }
       }
 #pragma unroll
       for (int j = 0; j < WARP_TILES; j++) stage_pair(strip, 0, j, ln, sum[j][0], sum[j][1]);
-      if (COOP_EARLY && early) {   // this unit's words are this warp's alone: 0 again
-#pragma unroll
-        for (int j = 0; j < WARP_TILES; j++)
-#pragma unroll
-          for (int hh = 0; hh < 2; hh++)
-            st_relaxed_gpu_v4(words + (j * SW + 2 * p + hh) * 32, make_uint4(0u, 0u, 0u, 0u));
-      }
       __syncwarp();
       write_strip<16>(strip, slab * TILE_M + 16 * p, c + w * WARP_COLS);
       __syncwarp();   // the strip is read before the next unit writes it
@@ -3004,8 +2888,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     const int top = first / iters;
     const int bottom = (first + k_tiles - 1) / iters;
     if (top == bottom) return;
-    // MARLIN_COOP_EARLY: a bottom whose stripe goes on past the column does not count in.
-    const int count = bottom - top + (coop_early(col, bottom) ? 0 : 1);
+    const int count = bottom - top + 1;
     const int waiters = bottom - top + (bottom_ends_column(first, bottom) ? 1 : 0);
     if (tid == 0) {
       while (ld_acquire_gpu(locks + top) < count) {
@@ -3071,13 +2954,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
         return;
       }
     }
-    // MARLIN_COOP_EARLY: the bottom, its stripe going on past the column, leaves words.
-    if constexpr (COOP_EARLY) {
-      if (static_cast<int>(blockIdx.x) == bottom && coop_early(n_tile * parallel + slab, bottom)) {
-        if (kw == 0) store_words<NF>(frags, word_slot(n_tile * parallel + slab));
-        return;
-      }
-    }
     if (kw == 0) store_scratch<NF>(frags, partial_slot(stripe_index(), top));
     cta_sync();
     if constexpr (COOP) {   // the waiters sum after their main loop (coop_finish)
@@ -3103,7 +2979,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
   //
   // Returns true when it left the column's output to staged_tail(), after the main loop
   // (EPI_TAIL: a column held whole at the stripe's end; the loop is then at its last unit and
-  // `acc` holds the output), or its turn in the chain to chain_tail() (CHAIN_TAIL).
+  // `acc` holds the output).
   template <typename Acc>   // FragC[WM][8], or FragC[WARP_TILES][SW] with swapped operands
   __device__ __forceinline__ bool finish_column(Acc& acc, const Cursor& c, bool last) {
     const int n_tile = c.n_tile;
@@ -3147,19 +3023,13 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     // MARLIN_PAR_EARLY_BOTTOM on the serial chain: the bottom, when its stripe goes on past
     // the column, writes its partial to the column's early slot and neither waits nor
     // releases; the chain's second CTA adds those words (one add, as add_partial: the same
-    // bits) and the turns of the others move down by one. MARLIN_CHAIN_EARLY: the same on the
-    // tiles of 32 rows or more (add_words), the wgmma loop's second CTA after the loop.
+    // bits) and the turns of the others move down by one.
     bool early = false;
-    if constexpr (EARLY_SERIAL || CHAIN_EARLY) {
-      early = CHAIN_EARLY ? !bottom_ends_column(first, bottom) : early_bottom(col, bottom);
+    if constexpr (EARLY_SERIAL) {
+      early = early_bottom(col, bottom);
       if (early && idx == 0) {
         if (kw == 0) store_early<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), col);
         return false;
-      }
-      // The second CTA's stripe ends inside the column (the bottom's starts there), so this is
-      // its last unit: the loop ends here and chain_tail() takes the turn.
-      if constexpr (CHAIN_TAIL) {
-        if (early && idx == 1 && last) return true;
       }
     }
     const int turn = idx - (early ? 1 : 0);
@@ -3171,10 +3041,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     stamp_if_last(7);
     if (EARLY_SERIAL && early && idx == 1 && kw == 0)
       add_early<sizeof(Acc) / sizeof(FragC), true>(reinterpret_cast<FragC*>(&acc), col);
-    if constexpr (CHAIN_EARLY && !CHAIN_TAIL) {
-      if (early && idx == 1 && kw == 0)
-        add_words<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), early_slot(col));
-    }
     if (kw == 0) {
       if constexpr (SWAP > 0) {
         if (idx > (early ? 1 : 0)) add_partial_sw(acc, slab, n_tile, top);
@@ -3202,56 +3068,9 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     }
     // The early slot back to 0 for the next launch, after the hand-over so that the release
     // does not wait for these stores (nothing in this launch reads the slot again).
-    if ((EARLY_SERIAL || (CHAIN_EARLY && !CHAIN_TAIL)) && early && idx == 1 && kw == 0)
+    if (EARLY_SERIAL && early && idx == 1 && kw == 0)
       clear_early<sizeof(Acc) / sizeof(FragC)>(col);
     return false;
-  }
-
-  // MARLIN_CHAIN_EARLY in the wgmma loop: the chain's second CTA, which adds the bottom's
-  // words, takes its turn after the main loop (finish_column returned true at its stripe's
-  // last unit, and left `acc` as it was): the turn of finish_column with idx = 1 and the
-  // words. In place, its reads and clears of the words moved values of the K steps into
-  // uniform registers on the 48-row tiles (R2UR; NOTES.md entry 113). Whether this CTA is that
-  // one is worked out again here, from its stripe's last unit: a flag kept across the loop
-  // made two 64-row zero-point builds spill in their K steps.
-  static constexpr bool CHAIN_TAIL = CHAIN_EARLY && WGMMA && !MARLIN_NO_MATH;
-  template <typename Acc>
-  __device__ __forceinline__ void chain_tail(Acc& acc) {
-    static_assert(SWAP > 0, "the wgmma loops' accumulators");
-    if (unit_start >= unit_end) return;
-    const Cursor c = cursor_at(unit_end - 1);
-    const int col = c.n_tile * parallel + c.slab;
-    const int first = col * k_tiles;
-    const int top = first / iters, bottom = (first + k_tiles - 1) / iters;
-    if (bottom - static_cast<int>(blockIdx.x) != 1 || bottom_ends_column(first, bottom)) return;
-    const bool writes_c = top == bottom - 1;   // a chain of two: this CTA is the top
-    int* lock = locks + top;
-    if (tid == 0) {
-      while (ld_acquire_gpu(lock) != 0) {   // its turn is 0 (the bottom takes none)
-      }
-    }
-    cta_sync();
-    stamp_if_last(7);
-    if (kw == 0) {
-      add_words<sizeof(Acc) / sizeof(FragC)>(reinterpret_cast<FragC*>(&acc), early_slot(col));
-      if (writes_c) {
-        if constexpr (EPI_STAGE) store_result_sw_staged(acc, c.slab, c.n_tile);
-        else store_result_sw(acc, c.slab, c.n_tile);
-      } else {
-        // (its slot through an asm the compiler cannot move: the 64-bit offset of `top`,
-        // computed before the words' reads, was spilled once on the 128-row producer tile)
-        int slot;
-        asm volatile("mov.b32 %0, %1;" : "=r"(slot) : "r"(top));
-        store_partial_sw(acc, c.slab, c.n_tile, slot);
-      }
-    }
-    cta_sync();
-    stamp_if_last(8);
-    if (tid == 0) {
-      if constexpr (MARLIN_NO_RELEASE) atomicExch(lock, writes_c ? 0 : 1);
-      else st_release_gpu(lock, writes_c ? 0 : 1);
-    }
-    if (kw == 0) clear_early<sizeof(Acc) / sizeof(FragC)>(col);
   }
 
   // The output that finish_column left for after the main loop (it returned true at the
@@ -3512,7 +3331,7 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     uint32_t seen = 0;
     int stage = 0;
     int refill = STAGES - 1;
-    bool tail = false;   // finish_column left the last column to staged_tail() or chain_tail()
+    bool tail = false;   // finish_column left the last column's output to staged_tail()
     for (int unit = unit_start; unit < unit_end; unit++) {
       const int next = stage == STAGES - 1 ? 0 : stage + 1;
       const bool column_end = compute.kt == k_tiles - 1 || unit == unit_end - 1;
@@ -3687,7 +3506,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     if constexpr (EPI_TAIL) {
       if (tail) staged_tail(acc);
     }
-    if constexpr (CHAIN_TAIL) chain_tail(acc);   // (the serial chain: never with EPI_TAIL)
     if constexpr (COOP) coop_finish<WARP_TILES * SW>();
   }
 

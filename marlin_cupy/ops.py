@@ -210,10 +210,6 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
     ker.max_dynamic_shared_size_bytes = cfg.smem_bytes(has_zp)
     if _switch(prefix, "MARLIN_PROBE") in STAMP_PROBES:
         _stamping.add(ker.kernel.ptr)
-    if _switch(prefix, "MARLIN_COOP_EARLY"):
-        _coop_early.add(ker.kernel.ptr)
-    if _switch(prefix, "MARLIN_CHAIN_EARLY"):
-        _chain_early.add(ker.kernel.ptr)
     if _switch(prefix, "MARLIN_WS_TMA_A") and cfg.producer and cfg.wgmma:
         _tma_maps[ker.kernel.ptr] = module.get_global("marlin_tmap_a")
     return ker
@@ -263,14 +259,6 @@ def _write_tma_map(memptr, x2, tile_m: int, stream) -> None:
 STAMP_PROBES = frozenset({4, 5, 10, 18})
 STAMP_INTS = 16                  # ints per CTA that a stamping build writes past the counters
 _stamping: set = set()           # function handles of the stamping builds ``build_kernel`` made
-#: (Measurement, benchmarks/NOTES.md entry 112) function handles of the builds with
-#: ``MARLIN_COOP_EARLY``: in the shared sum of the parallel reduction, a split column's bottom
-#: whose stripe goes on past it leaves its partial as words in a slot per column of the locks
-#: workspace (cuda/marlin.cuh, ``word_base``), which ``_plan`` sizes for them.
-_coop_early: set = set()
-#: (Measurement, entry 113) the same for ``MARLIN_CHAIN_EARLY``: the serial chain's
-#: mid-stripe bottom on tiles of 32 rows or more leaves its partial as words in that slot.
-_chain_early: set = set()
 
 
 def _handle(kernel):
@@ -668,17 +656,11 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
     # One partial-sum slot per stripe for the serial reduction (the column's top CTA's); two
     # per stripe for the parallel one (the column it starts in, and the one it ends in).
     slots = stripes * (2 if cfg.parallel_reduce else 1)
-    handle = _handle(kernel)
-    words = cfg.fp32_reduce and not cfg.dyn_chunk and (
-        (handle in _coop_early and cfg.parallel_reduce)
-        or (handle in _chain_early and not cfg.parallel_reduce and cfg.tile_m >= 32))
-    if cfg.early_bottom_fits or words:
-        # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, word_slot; the parallel reduction
-        # and the serial chain), MARLIN_COOP_EARLY builds (the shared sum) and
-        # MARLIN_CHAIN_EARLY builds (the serial chain from 32 rows): a partial per column in
-        # the locks workspace, past the counters and the timeline probe's 16 ints per CTA;
-        # zero between calls like the counters. TOP_SUM builds (top_sum): a partial per CTA
-        # there instead.
+    if cfg.early_bottom_fits:
+        # MARLIN_PAR_EARLY_BOTTOM builds (cuda/marlin.cuh, early_slot; the parallel reduction
+        # and the serial chain): a partial per column in the locks workspace, past the counters
+        # and the timeline probe's 16 ints per CTA; zero between calls like the counters.
+        # TOP_SUM builds (top_sum): a partial per CTA there instead.
         per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel
         n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n
     if stamps_timeline(kernel):

@@ -73,15 +73,12 @@ def problem_for(cfg: KernelConfig, rng):
 
 
 def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=False,
-                       pdl=False, build=None, syms=(True, False), seed=0, builds=None,
-                       plan_check=None):
+                       pdl=False, build=None, syms=(True, False), seed=0):
     """``cfg``'s outputs bit for bit ``twin``'s on a K = k_tiles tiles x N = 3 tiles problem,
     for each weight kind in ``syms`` (True: symmetric, False: zero points), at each M and grid
     (``max_ctas``; ``calls`` calls back to back each, and as many with ``pdl=True`` if asked),
     with the workspace zero again after them if asked; then the error bound (judge).
-    ``build``: cfg runs that compiled kernel (``ops.use_kernel``; the plain symmetric build)
-    instead of its own. ``builds(sym, mw)``: the same per weight, returning (kernel, fma).
-    ``plan_check(plan, n)``: more assertions on the plan that holds the build."""
+    ``build``: cfg runs that compiled kernel (``ops.use_kernel``) instead of its own."""
     import contextlib
     from marlin_cupy import ops
     rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + seed)
@@ -90,19 +87,12 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
     for sym in syms:
         qw = make_weight(rng, k, n, group, sym=sym)
         mw = mc.pack(qw).to_device()
-        kernel, fma = builds(sym, mw) if builds else (build, False)
         for m in ms:
             x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
             for max_ctas in grids:
                 want = mc.matmul(x, mw, config=twin, max_ctas=max_ctas)
-                with (ops.use_kernel(cfg, kernel, has_zp=not sym, fma=fma) if kernel is not None
-                      else contextlib.nullcontext()):
-                    if kernel is not None:
-                        pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
-                                      max_ctas=max_ctas, fma_scales=mw.fma_scales)
-                        assert pl.kernel is kernel
-                        if plan_check:
-                            plan_check(pl, n)
+                with ops.use_kernel(cfg, build) if build else contextlib.nullcontext():
+                    assert build is None or ops.plan(m, n, k, group, config=cfg).kernel is build
                     got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(calls)]
                 if pdl:
                     got += [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas, pdl=True)
@@ -116,61 +106,11 @@ def _same_bits_as_twin(cfg, twin, k_tiles, ms, grids, calls=1, workspace_zero=Fa
             judge(cp.asnumpy(x), qw, got[0])
 
 
-def _words_switch_same_bits(cfg, switch, seed):
-    """``cfg`` built with ``switch`` (lever D's mid-stripe bottom as words: MARLIN_COOP_EARLY
-    or MARLIN_CHAIN_EARLY) against the shipped build: the same bits on many partitions (40
-    tiles per column: bottoms going on past their columns at 7, 11, 23 CTAs on one slab and 7,
-    11, 17, 23, 97 on two, and ending with them at 3, 33 and the full grid), at M of one slab
-    and of two with a ragged one, three calls back to back without a sync, sym and zero points
-    (each build with the group-scale form the shipped dispatch takes for the weight), and the
-    workspace zero again after them. The plan holds room for a slot of words per column past
-    the counters and stamps."""
-    from marlin_cupy import ops
-
-    def builds(sym, mw):
-        fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
-        return ops.build_kernel(cfg, not sym, prefix=f"#define {switch} 1\n", fma=fma), fma
-
-    def room(pl, n):
-        assert pl.locks >= (17 * pl.grid + 3) // 4 * 4 + \
-            (n // cfg.tile_n) * pl.parallel * cfg.tile_m * cfg.tile_n
-
-    _same_bits_as_twin(cfg, cfg, 40, (cfg.tile_m, 2 * cfg.tile_m - 5),
-                       (3, 7, 11, 17, 23, 33, 97, None), calls=3, workspace_zero=True,
-                       seed=seed, builds=builds, plan_check=room)
-
-
 def _launch_bound(cfg) -> int:
     """Registers per thread that ``__launch_bounds__(launch_threads, blocks_per_sm)`` allows:
     the SM's 65536 shared by the CTAs, in steps of 8 per thread, at most 255."""
     return min(65536 // cfg.blocks_per_sm // cfg.launch_threads // 8 * 8, 255)
 
-
-#: Shared-sum instances (the parallel reduction on tiles of 32 rows or more) for the
-#: MARLIN_COOP_EARLY build (NOTES.md entry 112): mma.sync with one and several row blocks per
-#: warp, wgmma with and without a producer, 16-, 32- and 64-column warps, two CTAs per SM,
-#: per-channel scales, the 80- and 128-row slabs, and the table's M = 32 and 64 configs.
-COOP_EARLY_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
-    "t128_m4_n4_k8_s4_g8_fp32par", "t256_m4_n8_k16_s4_g8_fp32par",
-    "t256_m2_n16_k8_s4_g8_fp32par_sw4_wg", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
-    "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_b2", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg",
-    "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws",
-    "t256_m2_n16_k8_s8_g8_fp32par_sw4_wg_w32_ws", "t128_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws_b2",
-    "t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"))
-
-#: Serial-chain instances on tiles of 32 rows or more for the MARLIN_CHAIN_EARLY build
-#: (NOTES.md entry 113): mma.sync (the second CTA's turn in place) with one and several row
-#: blocks per warp, wgmma with and without a producer (its turn after the loop), 32- and
-#: 64-column warps, two CTAs per SM, per-channel scales, at most two CTAs per column (the
-#: second is the top: its staged store after the loop), the 48-, 80- and 128-row slabs, and
-#: the table's serial-chain configs at M = 32..128.
-CHAIN_EARLY_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
-    "t128_m4_n4_k8_s4_g8_fp32", "t256_m4_n8_k16_s4_g8_fp32",
-    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg", "t256_m4_n16_k8_s4_gc_fp32_sw8_wg",
-    "t128_m4_n16_k8_s3_g8_fp32_sw8_wg_b2", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg",
-    "t256_m2_n16_k8_s4_g8_fp32_sw4_wg_ws", "t256_m3_n16_k8_s6_g8_fp32_sw6_wg_w32_ws",
-    "t256_m4_n16_k8_s6_g8_fp32_sw8_wg_w32_ws_c2", "t256_m4_n32_k8_s3_g8_fp32_sw8_wg_ws",
-    "t256_m5_n16_k8_s4_g8_fp32_sw10_wg_w32_ws", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg_ws"))
 
 #: The producer examples whose launch bounds say something: those that hand registers over
 #: (``producer_registers``) and those held below the hardware's 255. Left out: the ones with
@@ -447,23 +387,6 @@ class TestParallelReduction:
                            pdl=not early_only and int(cp.cuda.Device().compute_capability) >= 90,
                            build=build, syms=(True,) if early_only else (True, False),
                            seed=early_only)
-
-    @pytest.mark.parametrize("cfg", COOP_EARLY_EXAMPLES, ids=lambda c: c.name)
-    def test_coop_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
-        """The shared sum with the mid-stripe bottom's partial as words (``MARLIN_COOP_EARLY``,
-        a measurement build; NOTES.md entry 112) against the shipped build
-        (``_words_switch_same_bits``): every waiter cleared its words."""
-        _skip_unless_runs(cfg, True)
-        _words_switch_same_bits(cfg, "MARLIN_COOP_EARLY", 112)
-
-    @pytest.mark.parametrize("cfg", CHAIN_EARLY_EXAMPLES, ids=lambda c: c.name)
-    def test_chain_early_same_bits_as_shipped_and_workspace_zero(self, cfg):
-        """The serial chain with the mid-stripe bottom's partial as words
-        (``MARLIN_CHAIN_EARLY``, a measurement build; NOTES.md entry 113) against the shipped
-        build (``_words_switch_same_bits``), in chains of two CTAs and of many: every second
-        CTA cleared the words it read."""
-        _skip_unless_runs(cfg, True)
-        _words_switch_same_bits(cfg, "MARLIN_CHAIN_EARLY", 113)
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)

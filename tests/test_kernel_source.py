@@ -107,20 +107,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      # the activations as tensor copies (entry 101), one and two boxes per fill, with bulk
      # copies of the weights too
      ("MARLIN_WS_TMA_A=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_TMA_A=1", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws"),
-     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"),
-     # the shared sum's mid-stripe bottom as words (entry 112): with and without a producer,
-     # the staged 128-row sum, mma.sync, and the 128-register two-CTA tile
-     ("MARLIN_COOP_EARLY=1", "t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"),
-     ("MARLIN_COOP_EARLY=1", "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg"),
-     ("MARLIN_COOP_EARLY=1", "t256_m4_n8_k16_s4_g8_fp32par"),
-     ("MARLIN_COOP_EARLY=1", "t128_m2_n16_k8_s4_g8_fp32par_sw4_wg_ws_b2"),
-     # the serial chain's mid-stripe bottom as words (entry 113): its second CTA after the
-     # wgmma loop (with and without a producer, the 48-row tile, the staged 128-row store) and
-     # in place in the mma.sync loop
-     ("MARLIN_CHAIN_EARLY=1", "t256_m4_n16_k8_s6_g8_fp32_sw8_wg_w32_ws"),
-     ("MARLIN_CHAIN_EARLY=1", "t256_m3_n16_k8_s6_g8_fp32_sw6_wg_w32_ws"),
-     ("MARLIN_CHAIN_EARLY=1", "t256_m8_n16_k8_s4_g8_fp32_sw16_wg"),
-     ("MARLIN_CHAIN_EARLY=1", "t256_m4_n8_k16_s4_g8_fp32")]
+     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -675,8 +662,9 @@ def test_a_builds_switches_come_from_the_environment_then_its_prefix(monkeypatch
 
 def test_switch_defaults_come_from_the_kernel_source(monkeypatch):
     """ops reads a switch that neither $MARLIN_CUPY_DEFINES nor a build's prefix sets at the
-    kernel source's own default: were a word switch's default made 1, its builds would still
-    get their slots (ops._plan sizes them for the builds ``_switch`` says have it)."""
+    kernel source's own default: were a switch that ops acts on (``MARLIN_WS_TMA_A``: its
+    builds get their tensor maps) made 1 by default, every build would still get what it
+    needs; a misspelt name is an error, not a silent 0."""
     from marlin_cupy import ops
     monkeypatch.delenv("MARLIN_CUPY_DEFINES", raising=False)
     assert kernels.switch_default("MARLIN_PROBE") == 0
@@ -684,45 +672,13 @@ def test_switch_defaults_come_from_the_kernel_source(monkeypatch):
     assert kernels.switch_default("MARLIN_COOP_REARM_RELAXED") == 1
     assert ops._switch("", "MARLIN_EPI_TAIL") == 2
     assert ops._switch("#define MARLIN_EPI_TAIL 1\n", "MARLIN_EPI_TAIL") == 1
-    with pytest.raises(ValueError, match="MARLIN_CHAIN_EARLLY is not a compile-time switch"):
-        ops._switch("", "MARLIN_CHAIN_EARLLY")
+    with pytest.raises(ValueError, match="MARLIN_WS_TMA_AA is not a compile-time switch"):
+        ops._switch("", "MARLIN_WS_TMA_AA")
     real = kernels._base_source()
-    flipped = real.replace("#ifndef MARLIN_CHAIN_EARLY\n#define MARLIN_CHAIN_EARLY 0\n",
-                           "#ifndef MARLIN_CHAIN_EARLY\n#define MARLIN_CHAIN_EARLY 1\n")
+    assert kernels.switch_default("MARLIN_WS_TMA_A") == 0
+    flipped = real.replace("#ifndef MARLIN_WS_TMA_A\n#define MARLIN_WS_TMA_A 0\n",
+                           "#ifndef MARLIN_WS_TMA_A\n#define MARLIN_WS_TMA_A 1\n")
     assert flipped != real
     monkeypatch.setattr(kernels, "_base_source", lambda: flipped)
-    assert ops._switch("", "MARLIN_CHAIN_EARLY") == 1
+    assert ops._switch("", "MARLIN_WS_TMA_A") == 1
 
-
-@pytest.mark.parametrize("switch,handles", [("MARLIN_COOP_EARLY", "_coop_early"),
-                                             ("MARLIN_CHAIN_EARLY", "_chain_early")])
-def test_word_switches_and_their_workspace_agree_with_ops(switch, handles):
-    """``MARLIN_COOP_EARLY`` and ``MARLIN_CHAIN_EARLY`` (NOTES.md entries 112-113) are off by
-    default; ops flags the builds that have them by those names and sizes their word slots
-    past the counters and stamps exactly where the kernel's ``word_base`` puts them: a slot
-    per column, on the reductions each switch serves."""
-    import inspect
-    from pathlib import Path
-    from marlin_cupy import ops
-    src = (Path(__file__).resolve().parent.parent / "cuda" / "marlin.cuh").read_text()
-    assert kernels.switch_default(switch) == 0
-    base = src[src.index("uint4* word_base(int index)"):]
-    base = base[:base.index("}")]
-    assert "(17 * static_cast<int>(gridDim.x) + 3) & ~3" in base
-    assert "static_cast<size_t>(index) * (TILE_M * TILE_N / 4)" in base
-    assert ops._switch(f"#define {switch} 1\n", switch) == 1
-    assert isinstance(getattr(ops, handles), set)
-    plan_src = inspect.getsource(ops._plan_uncached)
-    assert "handle = _handle(kernel)" in plan_src
-    # the kernel's COOP_EARLY needs the shared sum, CHAIN_EARLY the serial chain from 32 rows
-    assert "(handle in _coop_early and cfg.parallel_reduce)" in plan_src
-    assert ("(handle in _chain_early and not cfg.parallel_reduce and cfg.tile_m >= 32)"
-            in plan_src)
-    assert "static constexpr bool COOP_EARLY = COOP && MARLIN_COOP_EARLY && FP32_REDUCE" in src
-    assert ("MARLIN_CHAIN_EARLY && FP32_REDUCE && !PAR_REDUCE && !DYN && TILE_M >= 32;"
-            in src)
-    assert "per = grid if cfg.top_sum else (n // cfg.tile_n) * parallel" in plan_src
-    assert "n_locks = (17 * grid + 3) // 4 * 4 + per * cfg.tile_m * cfg.tile_n" in plan_src
-    build_src = inspect.getsource(ops.build_kernel)
-    assert f'_switch(prefix, "{switch}")' in build_src
-    assert f"{handles}.add(ker.kernel.ptr)" in build_src
