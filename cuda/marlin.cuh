@@ -92,19 +92,6 @@
 #define MARLIN_COOP_REARM_RELAXED 1
 #endif
 
-// (A measurement, NOTES.md entry 115) 1: the staged shared sum (coop_sum_staged) in units of
-// 16 rows x 16 columns (one fragment pair of one warp tile), each summed by one warp with
-// MARLIN_COOP_STAGE_AHEAD partials per batch and written to C from its strip, instead of units
-// of 16 rows x a warp's columns with 4 per batch. On the two-CTA tiles at M = 32 (columns split
-// 12 ways, 8 units for 12 waiters) a waiter has at most one working warp and 3 dependent
-// batches; split, its warps share its units and 12 partials take one. The same bits.
-#ifndef MARLIN_COOP_STAGE_SPLIT
-#define MARLIN_COOP_STAGE_SPLIT 0
-#endif
-#ifndef MARLIN_COOP_STAGE_AHEAD
-#define MARLIN_COOP_STAGE_AHEAD 12
-#endif
-
 // (A measurement, never the default: it rounds each partial to FP16; NOTES.md entry 80) 1: the
 // CTAs of a shared sum (MARLIN_PAR_COOP) leave their partials in the scratch as FP16 (8 bytes
 // per lane and fragment instead of 16) and the waiters read them back into FP32 sums: what half
@@ -2849,43 +2836,6 @@ struct Marlin : DescBase<desc_add(WGMMA, SWAP)>, DynState<(DYN_Q > 0)>,
     int4* strip = sh_a + warp * (16 * EPI_CPR);
     const int ln = opaque_lane();
     unsigned short* c = reinterpret_cast<unsigned short*>(C) + n_tile * TILE_N;
-    if constexpr (MARLIN_COOP_STAGE_SPLIT) {   // units of one fragment pair (j, p) of slot w
-      constexpr int AH = MARLIN_COOP_STAGE_AHEAD, UNITS_J = UNITS * WARP_TILES;
-      const int b = UNITS_J * rank / waiters, e = UNITS_J * (rank + 1) / waiters;
-      for (int u = b + warp; u < e; u += THREADS / 32) {
-        const int j = u % WARP_TILES, w = u / WARP_TILES % N_WARPS, p = u / WARP_TILES / N_WARPS;
-        const float4* base = scratch + w * RED_WARP + lane + (j * SW + 2 * p) * 32;
-        FragC sum[2];
-        zero_frags<2>(sum);
-        for (int c0 = bottom; c0 >= top; c0 -= AH) {
-          float4 v[AH][2];
-#pragma unroll
-          for (int a = 0; a < AH; a++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-              if (c0 - a >= top) v[a][hh] = load_partial(base + partial_slot(c0 - a, top) * SLOT + hh * 32);
-#pragma unroll
-          for (int a = 0; a < AH; a++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-              if (c0 - a >= top) {
-                sum[hh][0] += v[a][hh].x;
-                sum[hh][1] += v[a][hh].y;
-                sum[hh][2] += v[a][hh].z;
-                sum[hh][3] += v[a][hh].w;
-              }
-        }
-        stage_pair(strip, 0, j, ln, sum[0], sum[1]);
-        __syncwarp();
-        // The 16 x 16 piece, chunks 2j and 2j + 1 of the strip's 16 rows: one per lane.
-        const int r = ln / 2, q = 2 * j + ln % 2, row = slab * TILE_M + 16 * p + r;
-        if (row < prob_m)
-          store_c(reinterpret_cast<int4*>(c + static_cast<size_t>(row) * prob_n + w * WARP_COLS) + q,
-                  strip[epi_chunk(r, q)]);
-        __syncwarp();   // the strip is read before the next unit writes it
-      }
-      return;
-    }
     for (int u = u_begin + warp; u < u_end; u += THREADS / 32) {
       const int w = u % N_WARPS, p = u / N_WARPS;   // warp slot (columns), pair of fragments
       const float4* base = scratch + w * RED_WARP + lane;

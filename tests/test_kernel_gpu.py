@@ -145,18 +145,6 @@ def _skip_unless_runs(cfg, has_zp=False):
                     f"this device allows {limit}")
 
 
-#: Shared-sum instances whose waiters sum through the staged epilogue (``coop_sum_staged``:
-#: wgmma, swapped tiles of 32 rows or more, one row of warps) for the MARLIN_COOP_STAGE_SPLIT
-#: build (NOTES.md entry 115): the two-CTA tiles of M = 32 and 64 (128 registers), one CTA of
-#: 256 threads with 64-, 32- and 16-column warps, with and without a producer, per-channel
-#: scales, the 128-row slab. test_kernel_source checks that the switch reaches each one's code.
-STAGE_SPLIT_EXAMPLES = tuple(KernelConfig.from_name(name) for name in (
-    "t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2", "t128_m4_n16_k8_s3_g8_fp32par_sw8_wg_ws_b2",
-    "t256_m2_n16_k8_s8_g8_fp32par_sw4_wg_w32_ws", "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws",
-    "t256_m2_n32_k8_s4_g8_fp32par_sw4_wg_ws", "t256_m4_n16_k8_s4_gc_fp32par_sw8_wg",
-    "t256_m8_n16_k8_s4_g8_fp32par_sw16_wg_ws"))
-
-
 class TestEveryInstantiatedConfig:
     @pytest.mark.parametrize("has_zp", [False, True], ids=["sym", "zp"])
     @pytest.mark.parametrize("cfg", DISPATCHABLE + WGMMA_EXTRA + PAR_EXTRA + WIDE_EXTRA,
@@ -399,42 +387,6 @@ class TestParallelReduction:
                            pdl=not early_only and int(cp.cuda.Device().compute_capability) >= 90,
                            build=build, syms=(True,) if early_only else (True, False),
                            seed=early_only)
-
-    @pytest.mark.parametrize("cfg", STAGE_SPLIT_EXAMPLES, ids=lambda c: c.name)
-    def test_stage_split_same_bits_as_shipped_and_workspace_zero(self, cfg):
-        """The staged shared sum in units of one fragment pair (``MARLIN_COOP_STAGE_SPLIT``, a
-        measurement build; NOTES.md entry 115) against the shipped build: each element is
-        still summed bottom..top from +0, so the same bits, on partitions of 2 to about 40
-        CTAs per column (more waiters than the split's units at the largest grid), at M of
-        one slab and of two with a ragged one, two calls back to back, symmetric weights and
-        zero points (each build with the group-scale form the dispatch takes), and the
-        workspace zero again after them."""
-        from marlin_cupy import ops
-        _skip_unless_runs(cfg, True)
-        rng = np.random.default_rng(zlib.crc32(cfg.name.encode()) + 115)
-        group = 16 * cfg.group_blocks if cfg.group_blocks > 0 else -1
-        k, n = 40 * cfg.tile_k, 3 * cfg.tile_n
-        for sym in (True, False):
-            qw = make_weight(rng, k, n, group, sym=sym)
-            mw = mc.pack(qw).to_device()
-            fma = ops.use_scale_fma(cfg, not sym, mw.fma_scales)
-            split = ops.build_kernel(cfg, not sym, prefix="#define MARLIN_COOP_STAGE_SPLIT 1\n",
-                                     fma=fma)
-            for m in (cfg.tile_m, 2 * cfg.tile_m - 5):
-                x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
-                for max_ctas in (3, 7, 12, 17, 33, 97, None):
-                    want = mc.matmul(x, mw, config=cfg, max_ctas=max_ctas)
-                    with ops.use_kernel(cfg, split, has_zp=not sym, fma=fma):
-                        pl = ops.plan(m, n, k, group, has_zp=not sym, config=cfg,
-                                      max_ctas=max_ctas, fma_scales=mw.fma_scales)
-                        assert pl.kernel is split
-                        got = [mc.matmul(x, mw, config=cfg, max_ctas=max_ctas) for _ in range(2)]
-                    cp.cuda.get_current_stream().synchronize()
-                    assert int(cp.count_nonzero(ops.workspace().locks)) == 0, (sym, m, max_ctas)
-                    for g in got:
-                        assert cp.array_equal(g.view(cp.uint16), want.view(cp.uint16)), \
-                            (sym, m, max_ctas)
-            judge(cp.asnumpy(x), qw, got[0])
 
     @pytest.mark.parametrize("cfg", [c for c in MMA_WIDE_EXAMPLES if c.warp_n],
                              ids=lambda c: c.name)

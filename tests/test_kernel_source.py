@@ -107,11 +107,7 @@ SWITCH_CASES = [(sw, WGMMA_CFG) for sw in (
      # the activations as tensor copies (entry 101), one and two boxes per fill, with bulk
      # copies of the weights too
      ("MARLIN_WS_TMA_A=1", WGMMA_CFG + "_ws"), ("MARLIN_WS_TMA_A=1", "t256_m8_n16_k4_s6_g8_fp32_sw16_wg_ws"),
-     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws"),
-     # the staged shared sum in units of one fragment pair (entry 115): the 128-register
-     # two-CTA tile, and a 16-column-warp tile with 8 partials per batch
-     ("MARLIN_COOP_STAGE_SPLIT=1", "t128_m2_n16_k8_s3_g8_fp32par_sw4_wg_ws_b2"),
-     ("MARLIN_COOP_STAGE_SPLIT=1,MARLIN_COOP_STAGE_AHEAD=8", "t256_m4_n8_k8_s8_g8_fp32par_sw8_wg_w16_ws")]
+     ("MARLIN_WS_TMA_A=1,MARLIN_WS_BULK=1", WGMMA_CFG + "_ws")]
 
 
 @pytest.mark.parametrize("switch,name", SWITCH_CASES)
@@ -686,20 +682,3 @@ def test_switch_defaults_come_from_the_kernel_source(monkeypatch):
     monkeypatch.setattr(kernels, "_base_source", lambda: flipped)
     assert ops._switch("", "MARLIN_WS_TMA_A") == 1
 
-
-
-def test_stage_split_reaches_the_staged_sum():
-    """The GPU test of ``MARLIN_COOP_STAGE_SPLIT`` (NOTES.md entry 115) compares the split
-    build with the shipped one; it could not fail on an instance whose waiters do not sum
-    through ``coop_sum_staged``. Every one of its examples builds other PTX with the switch;
-    a shared sum without the staged epilogue (``mma.sync``) builds the same."""
-    from test_kernel_gpu import STAGE_SPLIT_EXAMPLES   # the tests' folder is on the path
-
-    def ptx(cfg, prefix):
-        return jit.compile_ptx(prefix + kernels.marlin_source(cfg), "compute_90" + cfg.arch_suffix)
-
-    split = "#define MARLIN_COOP_STAGE_SPLIT 1\n"
-    for cfg in STAGE_SPLIT_EXAMPLES:
-        assert ptx(cfg, split) != ptx(cfg, ""), cfg.name
-    plain = KernelConfig.from_name("t256_m4_n8_k16_s4_g8_fp32par")
-    assert ptx(plain, split) == ptx(plain, "")
