@@ -218,8 +218,8 @@ def build_kernel(cfg: KernelConfig, has_zp: bool = False, prefix: str = "", fma:
 def _switch(prefix: str, name: str) -> int:
     """The value a build of ``prefix`` + ``kernels.marlin_source`` gives the switch ``name``:
     ``$MARLIN_CUPY_DEFINES``'s (its ``#define`` comes after the prefix's, and the later one
-    holds), else the prefix's, else the kernel source's default (``kernels.switch_default``:
-    a switch whose default becomes 1 is then sized for in every build)."""
+    holds), else the prefix's, else the kernel source's default (``kernels.switch_default``;
+    a name the source has no switch of is an error)."""
     env = kernels.defines()
     if name in env:
         return env[name]
@@ -261,14 +261,9 @@ STAMP_INTS = 16                  # ints per CTA that a stamping build writes pas
 _stamping: set = set()           # function handles of the stamping builds ``build_kernel`` made
 
 
-def _handle(kernel):
-    """The function handle of a compiled instance (None for anything else)."""
-    return getattr(getattr(kernel, "kernel", None), "ptr", None)
-
-
 def stamps_timeline(kernel) -> bool:
     """Whether ``kernel`` is a stamping ``MARLIN_PROBE`` build made by ``build_kernel``."""
-    return _handle(kernel) in _stamping
+    return getattr(getattr(kernel, "kernel", None), "ptr", None) in _stamping
 
 
 def _kernel(cfg: KernelConfig, has_zp: bool, pdl: bool = False, fma: bool = False):
