@@ -852,7 +852,7 @@ def test_h200_records_stages(tmp_path):
     """h200_records.sh refuses an unknown stage before running anything; check-kernel and
     check-rest hand device_check.sh the two halves of the GPU test files (the kernel file, and
     everything but it), the caller's PYTEST_ARGS after them, and check-kernel leaves the
-    sanitizer to check-rest. Run on a copy of the script beside a stub device_check.sh."""
+    sanitizer to check-rest and gives pytest 560 s unless the caller set a limit. Run on a copy of the script beside a stub device_check.sh."""
     script = ROOT / "scripts" / "h200_records.sh"
     assert (ROOT / "tests" / "test_kernel_gpu.py").is_file()
     res = subprocess.run(["bash", str(script), str(tmp_path / "out"), "0" * 40, "bogus"],
@@ -864,20 +864,29 @@ def test_h200_records_stages(tmp_path):
     tree.mkdir(parents=True)
     (tree / "h200_records.sh").write_text(script.read_text())
     (tree / "device_check.sh").write_text(
-        'mkdir -p "$1"; echo "${PYTEST_ARGS:-}|${SKIP_SANITIZER:-}" > "$1/device_check.md"\n'
+        'mkdir -p "$1"; echo "${PYTEST_ARGS:-}|${SKIP_SANITIZER:-}|${GPU_TESTS_TIMEOUT:-}"'
+        ' > "$1/device_check.md"\n'
         'echo "{}" > "$1/device_check.json"\n')
     seen = {}
     for stage in ("check-kernel", "check-rest", "check"):
         out = tmp_path / stage
         env = dict(os.environ, PYTEST_ARGS="-x")
         env.pop("SKIP_SANITIZER", None)
+        env.pop("GPU_TESTS_TIMEOUT", None)
         res = subprocess.run(["bash", str(tree / "h200_records.sh"), str(out), "0" * 40, stage],
                              capture_output=True, text=True, env=env)
         assert res.returncode == 0, res.stderr
         seen[stage] = (out / "device_check.md").read_text().strip()
-    assert seen == {"check-kernel": "tests/test_kernel_gpu.py -x|1",
-                    "check-rest": "--ignore=tests/test_kernel_gpu.py -x|",
-                    "check": "-x|"}
+    assert seen == {"check-kernel": "tests/test_kernel_gpu.py -x|1|560",
+                    "check-rest": "--ignore=tests/test_kernel_gpu.py -x||",
+                    "check": "-x||"}
+    # A caller's own limit wins.
+    out = tmp_path / "own"
+    env = dict(os.environ, GPU_TESTS_TIMEOUT="300")
+    res = subprocess.run(["bash", str(tree / "h200_records.sh"), str(out), "0" * 40,
+                          "check-kernel"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert (out / "device_check.md").read_text().strip().endswith("|300")
 
 
 def test_grid_probe_caps_are_multiples_of_whole_columns_below_the_full_grid():
