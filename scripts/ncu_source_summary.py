@@ -57,8 +57,9 @@ def regions(rows):
     head, back = None, None
     for i in range(mma[-1] + 1, len(rows)):
         m = _TARGET.search(rows[i]["Source"]) if ops[i] == "BRA" else None
-        if m and int(m.group(1), 16) <= addr[mma[0]]:
-            head = addr.index(int(m.group(1), 16)) if int(m.group(1), 16) in addr else mma[0]
+        target = int(m.group(1), 16) if m else None
+        if target is not None and target <= addr[mma[0]]:
+            head = addr.index(target) if target in addr else mma[0]
             back = i
             break
     if back is None:
