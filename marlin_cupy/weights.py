@@ -89,6 +89,12 @@ class QuantizedWeight:
             g_idx = g_idx.astype(np.int32)
             self.g_idx = None if np.array_equal(g_idx, trivial_g_idx(k, self.group_size)) else g_idx
 
+    def __repr__(self) -> str:
+        # A summary: the dataclass's own repr printed every array.
+        return (f"QuantizedWeight(K={self.k}, N={self.n}, bits={self.bits}, "
+                f"group_size={self.group_size}, sym={self.sym}, "
+                f"act_order={self.g_idx is not None})")
+
     def check(self) -> None:
         """Raise ValueError if any field is inconsistent: types, shapes, code and zero ranges,
         finite scales (``g_idx`` is checked and normalised by the constructor)."""
@@ -314,6 +320,17 @@ class MarlinWeight:
                 row = int(np.argmax(counts))
                 raise ValueError(f"perm must be a permutation of 0..{k - 1}; row {row} appears "
                                  f"{int(counts[row])} times (so another row is missing).")
+
+    def __repr__(self) -> str:
+        # A summary: the dataclass's own repr printed every array. "GPU n" for CuPy arrays.
+        where = "host"
+        if self.on_device:
+            device = getattr(getattr(self.qweight, "device", None), "id", None)
+            where = "device" if device is None else f"GPU {device}"
+        return (f"MarlinWeight(K={self.k}, N={self.n}, bits={self.bits}, "
+                f"group_size={self.group_size}, sym={self.sym}, "
+                f"act_order={self.perm is not None}, fma_scales={self.fma_scales}, "
+                f"on={where!r})")
 
     @property
     def on_device(self) -> bool:

@@ -212,6 +212,25 @@ class TestQuantizedWeightChecks:
 
 
 # ---------------------------------------------------------------------------------------------
+# What a weight prints as
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sym,act_order,group_size", [(True, False, GROUP), (False, True, GROUP),
+                                                      (True, False, -1)])
+def test_a_weight_prints_as_a_summary_not_its_arrays(sym, act_order, group_size):
+    # The dataclasses' own repr printed every array (thousands of numbers for a real layer).
+    qw = quantized(sym=sym, act_order=act_order, group_size=group_size)
+    mw = layout.pack(qw)
+    summary = (f"K={K}, N={N}, bits=4, group_size={group_size}, sym={sym}, "
+               f"act_order={act_order}")
+    assert repr(qw) == f"QuantizedWeight({summary})"
+    assert repr(mw) == f"MarlinWeight({summary}, fma_scales={mw.fma_scales}, on='host')"
+    assert str(mw) == repr(mw)
+    # A stand-in device array has no CuPy device id: the place is named without one.
+    assert repr(MarlinWeight(**on_device(fields(mw)))).endswith(", on='device')")
+
+
+# ---------------------------------------------------------------------------------------------
 # MarlinLinear
 # ---------------------------------------------------------------------------------------------
 
