@@ -463,7 +463,10 @@ def load_gptq_checkpoint(path_dir) -> dict:
     ``checkpoint_format`` ``"gptq"`` or ``"gptq_v2"`` (default ``"gptq"``) and ``desc_act``
     (when false, a non-default ``g_idx`` is an error). Marlin-format checkpoints are refused.
     A layer is every ``<name>.qweight``; its other tensors must be present (``g_idx`` may be
-    absent unless ``desc_act`` is true).
+    absent unless ``desc_act`` is true). The tensors are read from the file the config's
+    ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say), else
+    ``model.safetensors``, else the shards of ``model.safetensors.index.json``, else the
+    folder's only ``.safetensors`` file.
     """
     config_path, cfg = _read_config(path_dir)
     method = str(cfg.get("quant_method", "gptq")).lower()
@@ -488,7 +491,8 @@ def load_gptq_checkpoint(path_dir) -> dict:
         if value is not None and not isinstance(value, bool):
             raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
 
-    tensors, where = _read_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",))
+    tensors, where = _read_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",),
+                                   base_name=cfg.get("model_file_base_name"))
     layers = {}
     for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
         home = where[f"{name}.qweight"]
@@ -527,7 +531,7 @@ def load_awq_checkpoint(path_dir) -> dict:
 
     Config from ``quantize_config.json``, ``quant_config.json`` (AutoAWQ) or ``config.json``'s
     ``quantization_config``; ``bits``/``w_bit`` must be 4, ``zero_point`` true, ``version``
-    "gemm" (the GEMV layout is not supported).
+    "gemm" (the GEMV layout is not supported). Tensor files as in ``load_gptq_checkpoint``.
     """
     config_path, cfg = _read_config(path_dir, extra=("quant_config.json",))
     method = str(cfg.get("quant_method", "awq")).lower()
@@ -545,7 +549,8 @@ def load_awq_checkpoint(path_dir) -> dict:
     if bits != 4:
         raise ValueError(f"{config_path} has bits={bits!r}; AWQ checkpoints are 4-bit.")
 
-    tensors, where = _read_tensors(path_dir, _AWQ_TENSORS)
+    tensors, where = _read_tensors(path_dir, _AWQ_TENSORS,
+                                   base_name=cfg.get("model_file_base_name"))
     layers = {}
     for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
         names = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
@@ -676,8 +681,25 @@ def _check_bits_in_config(bits, path) -> None:
                          f"in {SUPPORTED_BITS} (2- and 3-bit are not supported).")
 
 
-def _tensor_files(folder: Path) -> list:
-    """The safetensors files of a checkpoint: ``model.safetensors``, or the shards of its index."""
+def _tensor_files(folder: Path, base_name=None) -> list:
+    """The safetensors files of a checkpoint: the file the config names (AutoGPTQ's
+    ``model_file_base_name``, to which it appends ``.safetensors``: ``gptq_model-4bit-128g``,
+    say), which must exist; else the first of ``model.safetensors``, the shards of
+    ``model.safetensors.index.json``, or the folder's only ``.safetensors`` file."""
+    if base_name is not None:
+        if (not isinstance(base_name, str) or not base_name
+                or Path(base_name).name != base_name):
+            raise ValueError(f"model_file_base_name must be a file name without a folder; got "
+                             f"{base_name!r}.")
+        stem = base_name[:-len(".safetensors")] if base_name.endswith(".safetensors") else base_name
+        named = folder / (stem + ".safetensors")
+        if named.is_file():
+            return [named]
+        others = sorted(f.name for f in folder.glob("*.safetensors*"))
+        raise ValueError(f"the config names model_file_base_name={base_name!r}, but {named} does "
+                         f"not exist; the folder has {others or 'no .safetensors files'}. Set "
+                         f"model_file_base_name to the weights' file name without .safetensors, "
+                         f"or remove it to read {CHECKPOINT_FILE} or {CHECKPOINT_INDEX}.")
     single = folder / CHECKPOINT_FILE
     if single.is_file():
         return [single]
@@ -693,10 +715,18 @@ def _tensor_files(folder: Path) -> list:
         if missing:
             raise ValueError(f"{index} lists shard(s) that do not exist: {missing}.")
         return files
+    found = sorted(folder.glob("*.safetensors"))
+    if len(found) == 1:
+        return found
+    if found:
+        raise ValueError(f"no {CHECKPOINT_FILE} or {CHECKPOINT_INDEX} in {folder}, and "
+                         f"{len(found)} other .safetensors files "
+                         f"({', '.join(f.name for f in found)}): name the one with the weights "
+                         f"in the config's model_file_base_name (without .safetensors).")
     raise ValueError(f"no {CHECKPOINT_FILE} (or {CHECKPOINT_INDEX}) in {folder}.")
 
 
-def _read_tensors(path_dir, roles, optional=()):
+def _read_tensors(path_dir, roles, optional=(), base_name=None):
     """Load every ``<layer>.<role>`` tensor; return (``{key: array}``, ``{key: file}``).
 
     A layer is a prefix with a ``.qweight``; its non-optional roles must exist. Any other role
@@ -707,7 +737,7 @@ def _read_tensors(path_dir, roles, optional=()):
     folder = Path(path_dir)
     where = {}
     tensors = {}
-    for file in _tensor_files(folder):
+    for file in _tensor_files(folder, base_name):
         try:
             with safe_open(str(file), framework="np") as handle:
                 keys = [key for key in handle.keys() if key.rsplit(".", 1)[-1] in roles]

@@ -544,6 +544,24 @@ class TestGptqCheckpointRoundTrip:
         index.write_text(json.dumps({"weight_map": weight_map}))
         assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
 
+    @pytest.mark.parametrize("base", ["gptq_model-4bit-64g", "gptq_model-4bit-64g.safetensors"])
+    def test_file_named_by_model_file_base_name(self, tmp_path, base):
+        # AutoGPTQ names the file "<model_file_base_name>.safetensors" (gptq_model-4bit-128g,
+        # say); the config's name wins over a model.safetensors beside it.
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        (tmp_path / "model.safetensors").rename(tmp_path / "gptq_model-4bit-64g.safetensors")
+        save_gptq_checkpoint(tmp_path / "other", layers_for(sym=False, seed=5))
+        (tmp_path / "other" / "model.safetensors").rename(tmp_path / "model.safetensors")
+        edit_config(tmp_path, model_file_base_name=base)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_the_only_safetensors_file_of_another_name(self, tmp_path):
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        (tmp_path / "model.safetensors").rename(tmp_path / "gptq_model-4bit-64g.safetensors")
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
     def test_unquantized_tensors_are_ignored(self, tmp_path):
         layers = layers_for()
         save_gptq_checkpoint(tmp_path, layers)
@@ -630,6 +648,26 @@ class TestBrokenGptqCheckpoint:
     def test_missing_safetensors(self, saved):
         (saved / "model.safetensors").unlink()
         with pytest.raises(ValueError, match=r"no model\.safetensors"):
+            load_gptq_checkpoint(saved)
+
+    def test_file_the_config_names_is_missing(self, saved):
+        edit_config(saved, model_file_base_name="gptq_model-4bit-128g")
+        with pytest.raises(ValueError, match=r"model_file_base_name='gptq_model-4bit-128g', but "
+                                             r".*gptq_model-4bit-128g\.safetensors does not exist; "
+                                             r"the folder has \['model\.safetensors'\]"):
+            load_gptq_checkpoint(saved)
+
+    @pytest.mark.parametrize("base", ["", "../model", 4])
+    def test_model_file_base_name_not_a_file_name(self, saved, base):
+        edit_config(saved, model_file_base_name=base)
+        with pytest.raises(ValueError, match="model_file_base_name must be a file name"):
+            load_gptq_checkpoint(saved)
+
+    def test_several_safetensors_files_and_nothing_to_choose(self, saved):
+        (saved / "model.safetensors").rename(saved / "a.safetensors")
+        (saved / "b.safetensors").write_bytes((saved / "a.safetensors").read_bytes())
+        with pytest.raises(ValueError, match=r"no model\.safetensors .*2 other \.safetensors "
+                                             r"files \(a\.safetensors, b\.safetensors\)"):
             load_gptq_checkpoint(saved)
 
     def test_not_a_folder(self, tmp_path):
