@@ -19,6 +19,8 @@ _LAZY = {
     "load_gptq_checkpoint": ("formats", "load_gptq_checkpoint"),
     "save_gptq_checkpoint": ("formats", "save_gptq_checkpoint"),
     "load_awq_checkpoint": ("formats", "load_awq_checkpoint"),
+    "iter_gptq_checkpoint": ("formats", "iter_gptq_checkpoint"),
+    "iter_awq_checkpoint": ("formats", "iter_awq_checkpoint"),
     "save_awq_checkpoint": ("formats", "save_awq_checkpoint"),
     "KernelConfig": ("config", "KernelConfig"),
     "matmul": ("ops", "matmul"),

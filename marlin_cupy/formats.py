@@ -28,8 +28,10 @@ bit-field ``j`` (bits ``[bits*j, bits*(j+1))``) of an int32 word holds the ``j``
 **Checkpoints**: a folder with ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) holding ``<layer>.qweight``, ``<layer>.qzeros``,
 ``<layer>.scales`` (and ``<layer>.g_idx`` for GPTQ), plus ``quantize_config.json``. Loaders read
-everything, validate everything, and only then return; any problem is a ``ValueError`` that
-names the file and the tensor.
+everything (or the layers named), validate everything, and only then return; the iterators
+(``iter_gptq_checkpoint``, ``iter_awq_checkpoint``) check the config and the files' headers at
+once and then read and check one layer at a time. Any problem is a ``ValueError`` that names
+the file and the tensor.
 
 Group size: when a weight has a single group (``G == 1``) it is imported as ``group_size=-1``
 (one group spanning K), also when the caller or config says ``group_size >= K`` (GPTQ tools
@@ -454,7 +456,7 @@ def save_gptq_checkpoint(path_dir, layers: dict, checkpoint_format: str = "gptq"
     _write_checkpoint(path_dir, tensors, config)
 
 
-def load_gptq_checkpoint(path_dir) -> dict:
+def load_gptq_checkpoint(path_dir, names=None) -> dict:
     """Read a GPTQ checkpoint folder into ``{layer name: QuantizedWeight}``.
 
     The config comes from ``quantize_config.json`` (or ``config.json``'s
@@ -467,6 +469,24 @@ def load_gptq_checkpoint(path_dir) -> dict:
     ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say), else
     ``model.safetensors``, else the shards of ``model.safetensors.index.json``, else the
     folder's only ``.safetensors`` file.
+
+    ``names``: only these layers (a collection of layer names; one the checkpoint lacks is an
+    error). Everything asked for is read and checked before anything is returned. The codes
+    take a byte per weight in host memory (a 70B model's 70 GB); ``iter_gptq_checkpoint``
+    reads one layer at a time instead.
+    """
+    return dict(iter_gptq_checkpoint(path_dir, names))
+
+
+def iter_gptq_checkpoint(path_dir, names=None):
+    """``(layer name, QuantizedWeight)`` for each layer of a GPTQ checkpoint folder, in sorted
+    order, reading one layer's tensors at a time (the folder and config as in
+    ``load_gptq_checkpoint``; ``names`` selects layers). The config, the files' headers, and
+    which tensors exist, with their dtypes, are checked when it is called; a layer's shapes
+    and values when it is reached (a ``ValueError`` then, after the layers before it)::
+
+        for name, qw in mc.iter_gptq_checkpoint(folder):
+            weights[name] = mc.pack(qw).to_device()
     """
     config_path, cfg = _read_config(path_dir)
     method = str(cfg.get("quant_method", "gptq")).lower()
@@ -490,24 +510,27 @@ def load_gptq_checkpoint(path_dir) -> dict:
     for key, value in (("sym", sym), ("desc_act", desc_act)):
         if value is not None and not isinstance(value, bool):
             raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
+    where = _index_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",),
+                           base_name=cfg.get("model_file_base_name"))
+    chosen = _chosen_layers(where, names, path_dir)
 
-    tensors, where = _read_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",),
-                                   base_name=cfg.get("model_file_base_name"))
-    layers = {}
-    for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
-        home = where[f"{name}.qweight"]
-        names = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})" for r in _GPTQ_TENSORS}
-        g_idx = tensors.get(f"{name}.g_idx")
-        if g_idx is None and desc_act:
-            raise ValueError(f"{names['g_idx']} is missing, but {config_path} says desc_act=true "
-                             "(act-order needs g_idx).")
-        qw = _from_gptq(tensors[f"{name}.qweight"], tensors[f"{name}.qzeros"],
-                        tensors[f"{name}.scales"], g_idx, bits, sym, group_size, fmt, names)
-        if qw.g_idx is not None and desc_act is False:
-            raise ValueError(f"{names['g_idx']} is not the default k // group_size, but "
-                             f"{config_path} says desc_act=false. The checkpoint is inconsistent.")
-        layers[name] = qw
-    return layers
+    def layers():
+        for name in chosen:
+            home = where[f"{name}.qweight"]
+            labels = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})"
+                      for r in _GPTQ_TENSORS}
+            t = _read_layer(where, name, _GPTQ_TENSORS)
+            if "g_idx" not in t and desc_act:
+                raise ValueError(f"{labels['g_idx']} is missing, but {config_path} says "
+                                 "desc_act=true (act-order needs g_idx).")
+            qw = _from_gptq(t["qweight"], t["qzeros"], t["scales"], t.get("g_idx"), bits, sym,
+                            group_size, fmt, labels)
+            if qw.g_idx is not None and desc_act is False:
+                raise ValueError(f"{labels['g_idx']} is not the default k // group_size, but "
+                                 f"{config_path} says desc_act=false. The checkpoint is "
+                                 "inconsistent.")
+            yield name, qw
+    return layers()
 
 
 def save_awq_checkpoint(path_dir, layers: dict) -> None:
@@ -526,13 +549,20 @@ def save_awq_checkpoint(path_dir, layers: dict) -> None:
     _write_checkpoint(path_dir, tensors, config)
 
 
-def load_awq_checkpoint(path_dir) -> dict:
+def load_awq_checkpoint(path_dir, names=None) -> dict:
     """Read an AWQ "gemm" checkpoint folder into ``{layer name: QuantizedWeight}``.
 
     Config from ``quantize_config.json``, ``quant_config.json`` (AutoAWQ) or ``config.json``'s
     ``quantization_config``; ``bits``/``w_bit`` must be 4, ``zero_point`` true, ``version``
-    "gemm" (the GEMV layout is not supported). Tensor files as in ``load_gptq_checkpoint``.
+    "gemm" (the GEMV layout is not supported). Tensor files, ``names`` and the checks as in
+    ``load_gptq_checkpoint``; ``iter_awq_checkpoint`` reads one layer at a time.
     """
+    return dict(iter_awq_checkpoint(path_dir, names))
+
+
+def iter_awq_checkpoint(path_dir, names=None):
+    """``(layer name, QuantizedWeight)`` for each layer of an AWQ checkpoint folder, one
+    layer's tensors read at a time, as ``iter_gptq_checkpoint`` does for GPTQ."""
     config_path, cfg = _read_config(path_dir, extra=("quant_config.json",))
     method = str(cfg.get("quant_method", "awq")).lower()
     if method != "awq":
@@ -548,15 +578,15 @@ def load_awq_checkpoint(path_dir) -> dict:
     bits, group_size = _config_bits_group(cfg, config_path, default_bits=4)
     if bits != 4:
         raise ValueError(f"{config_path} has bits={bits!r}; AWQ checkpoints are 4-bit.")
+    where = _index_tensors(path_dir, _AWQ_TENSORS, base_name=cfg.get("model_file_base_name"))
+    chosen = _chosen_layers(where, names, path_dir)
 
-    tensors, where = _read_tensors(path_dir, _AWQ_TENSORS,
-                                   base_name=cfg.get("model_file_base_name"))
-    layers = {}
-    for name in sorted({key.rsplit(".", 1)[0] for key in tensors}):
-        names = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
-        layers[name] = _from_awq(tensors[f"{name}.qweight"], tensors[f"{name}.qzeros"],
-                                 tensors[f"{name}.scales"], group_size, names)
-    return layers
+    def layers():
+        for name in chosen:
+            labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
+            t = _read_layer(where, name, _AWQ_TENSORS)
+            yield name, _from_awq(t["qweight"], t["qzeros"], t["scales"], group_size, labels)
+    return layers()
 
 
 def _for_layer(name, export, *args):
@@ -726,22 +756,22 @@ def _tensor_files(folder: Path, base_name=None) -> list:
     raise ValueError(f"no {CHECKPOINT_FILE} (or {CHECKPOINT_INDEX}) in {folder}.")
 
 
-def _read_tensors(path_dir, roles, optional=(), base_name=None):
-    """Load every ``<layer>.<role>`` tensor; return (``{key: array}``, ``{key: file}``).
+def _index_tensors(path_dir, roles, optional=(), base_name=None) -> dict:
+    """``{key: file}`` of every ``<layer>.<role>`` tensor, from the files' headers alone.
 
     A layer is a prefix with a ``.qweight``; its non-optional roles must exist. Any other role
     tensor without a ``.qweight`` beside it (bar ``.scales``, a common name outside quantized
-    layers) means the checkpoint is truncated or inconsistent.
+    layers) means the checkpoint is truncated or inconsistent. Dtypes are checked here too.
     """
     from safetensors import SafetensorError, safe_open
     folder = Path(path_dir)
     where = {}
-    tensors = {}
     for file in _tensor_files(folder, base_name):
         try:
             with safe_open(str(file), framework="np") as handle:
-                keys = [key for key in handle.keys() if key.rsplit(".", 1)[-1] in roles]
-                for key in keys:
+                for key in handle.keys():
+                    if key.rsplit(".", 1)[-1] not in roles:
+                        continue
                     if key in where:
                         raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
                     dtype = handle.get_slice(key).get_dtype()
@@ -750,15 +780,14 @@ def _read_tensors(path_dir, roles, optional=(), base_name=None):
                                          "loader does not read (scales must be F16; packed "
                                          "tensors I32).")
                     where[key] = file
-                    tensors[key] = handle.get_tensor(key)
         except (SafetensorError, OSError, TypeError) as e:
             raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
                              "truncated or corrupt.") from e
 
-    layers = {key[:-len(".qweight")] for key in tensors if key.endswith(".qweight")}
+    layers = {key[:-len(".qweight")] for key in where if key.endswith(".qweight")}
     if not layers:
         raise ValueError(f"no '<layer>.qweight' tensors in the safetensors files of {folder}.")
-    for key in tensors:
+    for key in where:
         prefix, role = key.rsplit(".", 1)
         if prefix not in layers and role != "scales":
             raise ValueError(f"tensor {key} in {where[key]} has no {prefix}.qweight beside it; "
@@ -766,9 +795,48 @@ def _read_tensors(path_dir, roles, optional=(), base_name=None):
     for layer in sorted(layers):
         for role in roles:
             key = f"{layer}.{role}"
-            if role not in optional and key not in tensors:
+            if role not in optional and key not in where:
                 raise ValueError(f"tensor {key} is missing (layer {layer} has "
                                  f"{layer}.qweight in {where[layer + '.qweight']}); the checkpoint "
                                  "is truncated or inconsistent.")
-    tensors = {k: v for k, v in tensors.items() if k.rsplit(".", 1)[0] in layers}
-    return tensors, {k: where[k] for k in tensors}
+    return {k: f for k, f in where.items() if k.rsplit(".", 1)[0] in layers}
+
+
+def _chosen_layers(where: dict, names, path_dir) -> list:
+    """The layers to read, sorted: every layer of ``where``, or ``names`` (checked)."""
+    present = sorted({key.rsplit(".", 1)[0] for key in where})
+    if names is None:
+        return present
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise ValueError(f"names must be a collection of layer names (a list, say); got "
+                         f"{names!r}.")
+    names = list(names)
+    if not all(isinstance(n, str) for n in names):
+        raise ValueError(f"names must be a collection of layer names (strings); got {names!r}.")
+    missing = sorted(set(names) - set(present))
+    if missing:
+        shown = present if len(present) <= 8 else present[:8] + ["..."]
+        raise ValueError(f"no layer {missing[0]!r} in {path_dir}"
+                         f"{f' (nor {missing[1:]})' if len(missing) > 1 else ''}; it has "
+                         f"{len(present)}: {shown}.")
+    return sorted(set(names))
+
+
+def _read_layer(where: dict, layer: str, roles) -> dict:
+    """``{role: array}`` of one layer's tensors (those ``where`` has), read from their files."""
+    from safetensors import SafetensorError, safe_open
+    by_file = {}
+    for role in roles:
+        key = f"{layer}.{role}"
+        if key in where:
+            by_file.setdefault(where[key], []).append((role, key))
+    out = {}
+    for file, keys in by_file.items():
+        try:
+            with safe_open(str(file), framework="np") as handle:
+                for role, key in keys:
+                    out[role] = handle.get_tensor(key)
+        except (SafetensorError, OSError, TypeError) as e:
+            raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
+                             "truncated or corrupt.") from e
+    return out

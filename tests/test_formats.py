@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from safetensors.numpy import save_file
 
-from marlin_cupy.formats import (from_awq, from_gptq, load_awq_checkpoint,
-                                 load_gptq_checkpoint, save_awq_checkpoint,
+from marlin_cupy.formats import (from_awq, from_gptq, iter_awq_checkpoint, iter_gptq_checkpoint,
+                                 load_awq_checkpoint, load_gptq_checkpoint, save_awq_checkpoint,
                                  save_gptq_checkpoint, to_awq, to_gptq)
 from marlin_cupy.quantize import quantize
 from marlin_cupy.weights import QuantizedWeight
@@ -818,3 +818,95 @@ class TestAwqCheckpoint:
         with pytest.raises(ValueError, match=f"layer '{FIRST}': .*act-order"):
             save_awq_checkpoint(tmp_path, layers_for(bits=4, sym=False, act_order=True))
         assert not (tmp_path / "model.safetensors").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer by layer: iter_*_checkpoint, and names= (a 70B model's codes are 70 GB as uint8)
+# ---------------------------------------------------------------------------------------------
+
+KINDS = {"gptq": (save_gptq_checkpoint, load_gptq_checkpoint, iter_gptq_checkpoint),
+         "awq": (save_awq_checkpoint, load_awq_checkpoint, iter_awq_checkpoint)}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request, tmp_path):
+    save, load, iterate = KINDS[request.param]
+    layers = layers_for(bits=4, sym=False)
+    save(tmp_path, layers)
+    return tmp_path, layers, load, iterate
+
+
+class TestLayerByLayer:
+    def test_iter_gives_every_layer_once_in_sorted_order(self, kind):
+        folder, layers, _, iterate = kind
+        got = list(iterate(folder))
+        assert [name for name, _ in got] == sorted(layers) == [FIRST, Q]
+        assert_same_layers(dict(got), layers)
+
+    def test_names_selects_layers(self, kind):
+        folder, layers, load, iterate = kind
+        assert_same_layers(load(folder, names=[Q]), {Q: layers[Q]})
+        assert [name for name, _ in iterate(folder, names=(Q,))] == [Q]
+        assert load(folder, names=[]) == {}
+
+    def test_unknown_names_are_refused_before_any_layer_is_read(self, kind):
+        folder, _, load, iterate = kind
+        with pytest.raises(ValueError, match=rf"no layer 'nope' .*has 2: \['{FIRST}', '{Q}'\]"):
+            load(folder, names=[Q, "nope"])
+        with pytest.raises(ValueError, match="no layer 'nope'"):
+            iterate(folder, names=["nope"])           # at the call, not at the first next()
+
+    @pytest.mark.parametrize("names", [Q, [Q, 3], 5])
+    def test_names_must_be_a_collection_of_strings(self, kind, names):
+        folder, _, load, _ = kind
+        with pytest.raises(ValueError, match="names must be"):
+            load(folder, names=names)
+
+    def test_iter_reads_one_layer_at_a_time(self, kind, monkeypatch):
+        folder, layers, _, iterate = kind
+        import safetensors
+        read = []
+        real_open = safetensors.safe_open
+
+        class Spy:
+            def __init__(self, *args, **kwargs):
+                self._handle = real_open(*args, **kwargs)
+
+            def __enter__(self):
+                self._inner = self._handle.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self._handle.__exit__(*exc)
+
+            def get_tensor(self, key):
+                read.append(key)
+                return self._inner.get_tensor(key)
+
+            def __getattr__(self, name):
+                return getattr(self._inner, name)
+
+        monkeypatch.setattr(safetensors, "safe_open", Spy)
+        layer_by_layer = iterate(folder)
+        assert read == []                             # the call reads headers only
+        name, qw = next(layer_by_layer)
+        assert name == FIRST and qw.equals(layers[FIRST])
+        assert read and all(key.startswith(FIRST + ".") for key in read)
+        assert [name for name, _ in layer_by_layer] == [Q]
+        assert any(key.startswith(Q + ".") for key in read)
+
+    def test_structural_problems_are_found_at_the_call(self, kind):
+        folder, _, _, iterate = kind
+        rewrite(folder, drop=[f"{Q}.qzeros"])         # Q is the second layer
+        with pytest.raises(ValueError, match=rf"{Q}\.qzeros is missing"):
+            iterate(folder)
+
+    def test_a_bad_tensor_is_reported_when_its_layer_is_reached(self, kind):
+        folder, layers, load, iterate = kind
+        rewrite(folder, replace={f"{Q}.scales": np.ones((4, 16), np.float32) * 0.1})
+        layer_by_layer = iterate(folder)
+        assert next(layer_by_layer)[1].equals(layers[FIRST])
+        with pytest.raises(ValueError, match=rf"{Q}\.scales"):
+            next(layer_by_layer)
+        with pytest.raises(ValueError, match=rf"{Q}\.scales"):
+            load(folder)                              # the whole load: nothing returned
