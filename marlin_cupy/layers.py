@@ -11,7 +11,9 @@ class MarlinLinear:
     """Holds a device-resident ``MarlinWeight`` and an optional fp16 bias.
 
     ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (symmetric
-    4-bit, round-to-nearest) and packs; ``MarlinLinear(qw_or_mw, bias)`` wraps existing weights.
+    4-bit, round-to-nearest) and packs; ``MarlinLinear.from_linear(torch_linear)`` does so with
+    a torch ``nn.Linear``'s transposed weight and its bias; ``MarlinLinear(qw_or_mw, bias)``
+    wraps existing weights.
     ``pdl=True`` launches with programmatic dependent launch (see ``matmul``'s contract).
     """
 
@@ -46,6 +48,34 @@ class MarlinLinear:
         from .quantize import quantize
         return cls(quantize(w, bits=4, group_size=group_size, sym=sym), bias, config, pdl)
 
+    @classmethod
+    def from_linear(cls, linear, group_size: int = 128, sym: bool = True,
+                    config: KernelConfig | None = None, pdl: bool = False) -> "MarlinLinear":
+        """From a torch ``nn.Linear`` (or anything with ``weight`` ``[out, in]`` and ``bias``):
+        quantizes ``linear.weight.T``, since torch keeps ``[N, K]`` where this layer's ``W`` is
+        ``[K, N]`` (``from_float(linear.weight)`` would be the wrong product, unnoticed on a
+        square layer), and keeps the bias as float16, the output's type (a bias beyond
+        float16's range is an error)."""
+        weight = getattr(linear, "weight", None)
+        if weight is None:
+            raise ValueError(f"{type(linear).__name__} has no weight; from_linear takes a "
+                             f"torch nn.Linear (weight [out_features, in_features]).")
+        w = _host_array(weight)
+        if w.ndim != 2:
+            raise ValueError(f"linear.weight must be 2-D [out, in]; got shape {w.shape}.")
+        if not np.issubdtype(w.dtype, np.floating):
+            raise ValueError(f"linear.weight must hold floats; got {w.dtype}.")
+        bias = getattr(linear, "bias", None)
+        if bias is not None:
+            b = _host_array(bias)
+            if np.issubdtype(b.dtype, np.floating) and np.abs(b).max(initial=0) > 65504:
+                raise ValueError(f"linear.bias has values up to {float(np.abs(b).max()):.6g}, "
+                                 f"beyond float16's range (65504).")
+            bias = b.astype(np.float16)                    # copied to the GPU by __init__
+        w_kn = np.ascontiguousarray(w.T, dtype=np.float32)                      # [K, N]
+        return cls.from_float(w_kn, bias, group_size=group_size, sym=sym, config=config,
+                              pdl=pdl)
+
     @property
     def in_features(self) -> int:
         return self.weight.k
@@ -68,3 +98,13 @@ class MarlinLinear:
                 y_cp = _as_cupy(y, "y")
                 cp.add(y_cp, self.bias, out=y_cp)
         return y
+
+
+def _host_array(t) -> np.ndarray:
+    """A torch tensor (detached, as float32 if floating, on the host) or anything NumPy reads."""
+    if hasattr(t, "detach"):
+        t = t.detach()
+        if getattr(t, "is_floating_point", lambda: True)():
+            t = t.float()
+        t = t.cpu().numpy()
+    return np.asarray(t)

@@ -54,3 +54,52 @@ def test_without_a_stream_the_layer_leaves_the_choice_to_matmul(matmul_calls, mo
     assert layer(object()) == "y"
     assert len(matmul_calls) == 1
     assert matmul_calls[0].get("stream", "missing") is None
+
+
+class FakeParameter:
+    """Stands in for a torch parameter: ``detach``, ``float``, ``cpu`` and ``numpy`` as torch
+    spells them, over a NumPy array."""
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+    def detach(self):
+        return self
+
+    def float(self):
+        return FakeParameter(self.a.astype(np.float32))
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+
+class FakeLinear:
+    def __init__(self, weight, bias=None):
+        self.weight, self.bias = weight, bias
+
+
+@pytest.mark.parametrize("wrap", [FakeParameter, np.asarray], ids=["torch-like", "numpy"])
+def test_from_linear_quantizes_the_transpose(matmul_calls, wrap):
+    # torch keeps Linear.weight as [out, in]; W is [in, out]. On a square layer passing the
+    # weight itself to from_float would run unnoticed with the wrong product.
+    w_nk = (np.random.default_rng(1).standard_normal((128, 256)) * 0.02).astype(np.float16)
+    layer = mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), group_size=64)
+    assert (layer.in_features, layer.out_features) == (256, 128)
+    expected = mc.quantize(w_nk.T.astype(np.float32), bits=4, group_size=64, sym=True)
+    assert mc.unpack(layer.weight).equals(expected)
+    assert layer.bias is None
+
+
+@pytest.mark.parametrize("linear,match", [
+    (object(), "has no weight"),
+    (FakeLinear(np.zeros((4, 64, 64), np.float32)), r"weight must be 2-D \[out, in\]"),
+    (FakeLinear(np.zeros((64, 64), np.int32)), "weight must hold floats"),
+    (FakeLinear(np.zeros((64, 64), np.float32), bias=FakeParameter(np.full(64, 7e4))),
+     "bias .*beyond float16's range"),
+])
+def test_from_linear_refuses(matmul_calls, linear, match):
+    with pytest.raises(ValueError, match=match):
+        mc.MarlinLinear.from_linear(linear)
