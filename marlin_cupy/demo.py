@@ -10,14 +10,22 @@
    events (median, L2 flushed before every run so the weights come from HBM as in serving).
    Without a GPU this step is skipped, and the output says why.
 
+With ``--checkpoint FOLDER`` the same steps run on a GPTQ or AWQ checkpoint's layers instead,
+one layer at a time (``iter_gptq_checkpoint`` / ``iter_awq_checkpoint``): each is read, packed
+and unpacked again, and where a GPU exists run on ``x [M, K]`` against FP16 on its dequantized
+weights, with the accuracy rule below and both times; a summary gives the summed times.
+``--layer NAME`` (repeatable) picks layers, ``--max-layers N`` stops after N.
+
 Exit status: 0 when every step that ran passed; 1 when the kernel's result fails the accuracy
-rule of DESIGN.md s.6 (error at most 2x cuBLAS FP16's plus 1e-4).
+rule of DESIGN.md s.6 (error at most 2x cuBLAS FP16's plus 1e-4) or a layer does not unpack to
+its codes; 2 when a checkpoint cannot be read (the message says why).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -102,51 +110,142 @@ def _median_us(run, flush, reps: int) -> float:
     return float(np.median(times))
 
 
+def _relative_error(y, ref) -> float:
+    import cupy as cp
+    y = cp.asnumpy(y).astype(np.float64)
+    if not np.isfinite(y).all():
+        return float("nan")
+    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+
+class _Measure:
+    """Accuracy against float64 and CUDA-event times against CuPy's FP16 GEMM, one weight at a
+    time, with one L2-flushing buffer for all of them."""
+
+    def __init__(self, args):
+        import cupy as cp
+        self.args = args
+        self.dev = records.device_info()
+        # Writing a buffer twice the L2 size before each run evicts the weights, as in serving
+        # where other layers' weights pass through L2 between two calls of this one.
+        self.scratch = cp.empty(2 * self.dev["l2_bytes"], dtype=cp.uint8)
+
+    def __call__(self, mw, w_hat, seed: int) -> dict:
+        """``mw`` (host) against ``w_hat`` [K, N]: errors, the accuracy rule and both medians."""
+        import cupy as cp
+        m, k = self.args.m, w_hat.shape[0]
+        rng = np.random.default_rng(seed)
+        x_host = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
+        ref = x_host.astype(np.float64) @ w_hat.astype(np.float64)             # [M, N]
+        x = cp.asarray(x_host)                                                 # [M, K]
+        w16 = cp.asarray(w_hat.astype(np.float16))                             # [K, N]
+        mw_dev = mw.to_device()
+        err = _relative_error(mc.matmul(x, mw_dev), ref)
+        err_fp16 = _relative_error(cp.matmul(x, w16), ref)
+        bound = 2 * err_fp16 + 1e-4
+        flush = (lambda: self.scratch.fill(1))
+        for _ in range(3):                                                     # warm-up
+            mc.matmul(x, mw_dev)
+            cp.matmul(x, w16)
+        t = _median_us(lambda: mc.matmul(x, mw_dev), flush, self.args.reps)
+        t_fp16 = _median_us(lambda: cp.matmul(x, w16), flush, self.args.reps)
+        return dict(err=err, err_fp16=err_fp16, bound=bound, passed=err <= bound,   # NaN fails
+                    us=t, us_fp16=t_fp16)
+
+
 def kernel_part(args, mw, w_hat) -> int:
     """Step 3 on the GPU: accuracy against float64 and speed against CuPy's FP16 GEMM."""
-    import cupy as cp
     dev = records.device_info()
     print(f"3. GPU {dev['name']} ({dev['sms']} SMs): y = x @ W with x [M={args.m}, K={args.k}] "
           f"fp16")
-    matmul = _step("matmul")
-    if matmul is None:
+    if _step("matmul") is None:
         return 0
+    r = _Measure(args)(mw, w_hat, args.seed + 1)
+    print(f"   relative error against float64: marlin {r['err']:.2e}, cuBLAS FP16 on the same "
+          f"dequantized weights {r['err_fp16']:.2e} -> {'PASS' if r['passed'] else 'FAIL'} "
+          f"(bound 2x cuBLAS + 1e-4 = {r['bound']:.2e})")
+    print(f"   median of {args.reps} runs, L2 flushed before each: marlin {r['us']:.1f} us, "
+          f"cupy.matmul FP16 {r['us_fp16']:.1f} us -> speedup {r['us_fp16'] / r['us']:.2f}x")
+    return 0 if r["passed"] else 1
 
-    rng = np.random.default_rng(args.seed + 1)
-    x_host = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(np.float16)
-    ref = x_host.astype(np.float64) @ w_hat.astype(np.float64)                 # [M, N]
-    x = cp.asarray(x_host)                                                     # [M, K]
-    w16 = cp.asarray(w_hat.astype(np.float16))                                 # [K, N]
-    mw_dev = mw.to_device()
 
-    y_marlin = matmul(x, mw_dev)
-    y_fp16 = cp.matmul(x, w16)
+def checkpoint_kind(folder) -> str:
+    """``"gptq"`` or ``"awq"``, from the checkpoint's config: its ``quant_method``, else AWQ
+    for AutoAWQ's ``quant_config.json`` or a config with ``zero_point``/``version``, else
+    GPTQ (older AutoGPTQ configs name no method)."""
+    from .formats import _read_config
+    path, cfg = _read_config(folder, extra=("quant_config.json",))
+    method = cfg.get("quant_method")
+    if method is None:
+        awq = path.name == "quant_config.json" or "zero_point" in cfg or "version" in cfg
+        return "awq" if awq else "gptq"
+    return str(method).lower()
 
-    def rel_err(y):
-        y = cp.asnumpy(y).astype(np.float64)
-        if not np.isfinite(y).all():
-            return float("nan")
-        return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
 
-    err_marlin, err_fp16 = rel_err(y_marlin), rel_err(y_fp16)
-    bound = 2 * err_fp16 + 1e-4
-    passed = err_marlin <= bound          # False for NaN
-    print(f"   relative error against float64: marlin {err_marlin:.2e}, cuBLAS FP16 on the same "
-          f"dequantized weights {err_fp16:.2e} -> {'PASS' if passed else 'FAIL'} "
-          f"(bound 2x cuBLAS + 1e-4 = {bound:.2e})")
-
-    # Writing a buffer twice the L2 size before each run evicts the weights, as in serving
-    # where other layers' weights pass through L2 between two calls of this one.
-    scratch = cp.empty(2 * dev["l2_bytes"], dtype=cp.uint8)
-    flush = (lambda: scratch.fill(1))
-    for _ in range(3):                                                         # warm-up
-        matmul(x, mw_dev)
-        cp.matmul(x, w16)
-    t_marlin = _median_us(lambda: matmul(x, mw_dev), flush, args.reps)
-    t_fp16 = _median_us(lambda: cp.matmul(x, w16), flush, args.reps)
-    print(f"   median of {args.reps} runs, L2 flushed before each: marlin {t_marlin:.1f} us, "
-          f"cupy.matmul FP16 {t_fp16:.1f} us -> speedup {t_fp16 / t_marlin:.2f}x")
-    return 0 if passed else 1
+def checkpoint_part(args) -> int:
+    """The demo's steps on every layer of a checkpoint (``--checkpoint``), one at a time."""
+    folder = Path(args.checkpoint)
+    try:
+        kind = args.format if args.format != "auto" else checkpoint_kind(folder)
+        if kind not in ("gptq", "awq"):
+            raise ValueError(f"{folder}'s config has quant_method={kind!r}; the demo reads "
+                             f"'gptq' and 'awq' checkpoints.")
+        iterate = mc.iter_gptq_checkpoint if kind == "gptq" else mc.iter_awq_checkpoint
+        layers = iterate(folder, args.layer or None)
+    except ValueError as e:
+        print(f"cannot read the checkpoint: {e}")
+        return 2
+    print(f"marlin-cupy demo: the layers of {kind.upper()} checkpoint {folder}, y = x @ W with "
+          f"x [M={args.m}, K] fp16")
+    reason = records.gpu_unavailable_reason()
+    if reason is not None:
+        print(f"No GPU: skipped the kernel part (reason: {reason}); each layer is read, packed "
+              f"and unpacked on the CPU.")
+    measure = _Measure(args) if reason is None else None
+    if measure is not None:
+        print(f"GPU {measure.dev['name']} ({measure.dev['sms']} SMs); times are medians of "
+              f"{args.reps} runs, L2 flushed before each")
+    counts = dict(layers=0, failed=0, skipped=0)
+    total = total_fp16 = 0.0
+    try:
+        for name, qw in layers:
+            if args.max_layers is not None and counts["layers"] >= args.max_layers:
+                break
+            counts["layers"] += 1
+            what = (f"K={qw.k} N={qw.n} {qw.bits}-bit g{qw.group_size}"
+                    f"{'' if qw.sym else ' zp'}{' act-order' if qw.g_idx is not None else ''}")
+            mw = mc.pack(qw)
+            if not mc.unpack(mw).equals(qw):
+                counts["failed"] += 1
+                print(f"{name} ({what}): unpack(pack(q)) differs from q -> FAIL")
+                continue
+            if measure is None:
+                print(f"{name} ({what}): packed, unpack(pack(q)) == q")
+                continue
+            if qw.bits != 4:
+                counts["skipped"] += 1
+                print(f"{name} ({what}): packed; not run (the kernel runs 4-bit weights only)")
+                continue
+            try:
+                r = measure(mw, qw.dequantize(), args.seed + counts["layers"])
+            except ValueError as e:        # a shape the kernel does not run: its message
+                counts["skipped"] += 1
+                print(f"{name} ({what}): packed; not run: {e}")
+                continue
+            counts["failed"] += not r["passed"]
+            total, total_fp16 = total + r["us"], total_fp16 + r["us_fp16"]
+            print(f"{name} ({what}): error {r['err']:.2e} (FP16 {r['err_fp16']:.2e}) -> "
+                  f"{'PASS' if r['passed'] else 'FAIL'}; {r['us']:.1f} us, FP16 "
+                  f"{r['us_fp16']:.1f} us, {r['us_fp16'] / r['us']:.2f}x")
+    except ValueError as e:
+        print(f"cannot read the checkpoint: {e}")
+        return 2
+    ran = counts["layers"] - counts["skipped"] - counts["failed"]
+    print(f"{counts['layers']} layers: {ran} passed, {counts['failed']} failed, "
+          f"{counts['skipped']} not run" + (
+              f"; summed {total:.1f} us against FP16's {total_fp16:.1f} us -> "
+              f"{total_fp16 / total:.2f}x" if total > 0 else ""))
+    return 1 if counts["failed"] else 0
 
 
 def main(argv=None) -> int:
@@ -157,7 +256,17 @@ def main(argv=None) -> int:
     ap.add_argument("--group-size", type=int, default=128, help="quantization group (default 128)")
     ap.add_argument("--reps", type=int, default=100, help="timed runs per kernel (default 100)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint", metavar="FOLDER",
+                    help="run the steps on a GPTQ or AWQ checkpoint's layers instead")
+    ap.add_argument("--format", choices=("auto", "gptq", "awq"), default="auto",
+                    help="the checkpoint's format (default: from its config)")
+    ap.add_argument("--layer", action="append", metavar="NAME",
+                    help="only this layer of the checkpoint (repeatable)")
+    ap.add_argument("--max-layers", type=int, metavar="N",
+                    help="stop after N layers of the checkpoint")
     args = ap.parse_args(argv)
+    if args.checkpoint is not None:
+        return checkpoint_part(args)
 
     print(f"marlin-cupy demo: one linear layer y = x @ W, W [K={args.k}, N={args.n}], "
           f"4-bit weights x fp16 activations")

@@ -40,3 +40,83 @@ def test_demo_kernel_part_runs_on_the_gpu(m, gpu_device):
     assert f"3. GPU {gpu_device['name']}" in text, text
     assert re.search(r"relative error against float64: marlin \S+, cuBLAS FP16 .* -> PASS", text), text
     assert re.search(r"marlin [0-9.]+ us, cupy\.matmul FP16 [0-9.]+ us -> speedup [0-9.]+x", text), text
+
+
+def small_checkpoint(folder, kind="gptq", bits=4):
+    """Two layers the kernel runs (K a multiple of 128, N of 64), one of them act-order (GPTQ)."""
+    import numpy as np
+
+    import marlin_cupy as mc
+    rng = np.random.default_rng(3)
+    layers = {}
+    for name, (k, n) in {"model.layers.0.mlp.down_proj": (512, 256),
+                         "model.layers.0.self_attn.o_proj": (256, 128)}.items():
+        qw = mc.quantize(rng.standard_normal((k, n)).astype(np.float32) * 0.02, bits=bits,
+                         group_size=128, sym=False)
+        if kind == "gptq" and name.endswith("o_proj"):
+            qw = mc.QuantizedWeight(qw.q, qw.scales, qw.zeros,
+                                    (rng.permutation(k) // 128).astype(np.int32), bits, 128)
+        layers[name] = qw
+    save = mc.save_gptq_checkpoint if kind == "gptq" else mc.save_awq_checkpoint
+    save(folder, layers)
+    return sorted(layers)
+
+
+def demo(*args, timeout=300):
+    out = subprocess.run([sys.executable, "-m", "marlin_cupy.demo", *map(str, args)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return out.returncode, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("kind", ["gptq", "awq"])
+def test_demo_on_a_checkpoint(tmp_path, kind):
+    names = small_checkpoint(tmp_path, kind)
+    rc, text = demo("--checkpoint", tmp_path, "--m", 4, "--reps", 3)
+    assert rc == 0, text
+    assert f"the layers of {kind.upper()} checkpoint {tmp_path}" in text, text
+    assert "2 layers: " in text and "0 failed" in text, text
+    for name in names:
+        assert f"\n{name} (K=" in text, text
+    if kind == "gptq":
+        assert "N=128 4-bit g128 zp act-order)" in text, text
+    if records.gpu_unavailable_reason() is not None:
+        assert "No GPU: skipped the kernel part (reason: " in text, text
+        assert text.count("packed, unpack(pack(q)) == q") == 2, text
+
+
+def test_demo_on_chosen_layers_of_a_checkpoint(tmp_path):
+    down, o_proj = small_checkpoint(tmp_path)
+    rc, text = demo("--checkpoint", tmp_path, "--layer", o_proj, "--reps", 3)
+    assert rc == 0 and "1 layers: " in text and f"\n{o_proj} (" in text, text
+    assert f"\n{down} (" not in text, text
+    rc, text = demo("--checkpoint", tmp_path, "--max-layers", 1, "--reps", 3)
+    assert rc == 0 and "1 layers: " in text and f"\n{down} (" in text, text
+
+
+@pytest.mark.parametrize("setup,match", [
+    (lambda folder: None, "no quantization config"),
+    (lambda folder: (folder / "quantize_config.json").write_text(
+        '{"quant_method": "bitsandbytes", "bits": 4}'), "quant_method='bitsandbytes'"),
+])
+def test_demo_says_why_a_checkpoint_cannot_be_read(tmp_path, setup, match):
+    setup(tmp_path)
+    rc, text = demo("--checkpoint", tmp_path)
+    assert rc == 2, text
+    assert "cannot read the checkpoint: " in text and match in text, text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind,bits", [("gptq", 4), ("awq", 4), ("gptq", 8)])
+def test_demo_runs_a_checkpoint_on_the_gpu(tmp_path, kind, bits, gpu_device):
+    names = small_checkpoint(tmp_path, kind, bits)
+    rc, text = demo("--checkpoint", tmp_path, "--m", 16, "--reps", 5, timeout=600)
+    assert rc == 0, text
+    assert "No GPU" not in text and f"GPU {gpu_device['name']}" in text, text
+    for name in names:
+        if bits == 4:
+            assert re.search(rf"\n{re.escape(name)} \(.*\): error \S+ \(FP16 \S+\) -> PASS; "
+                             r"[0-9.]+ us, FP16 [0-9.]+ us, [0-9.]+x", text), text
+        else:
+            assert f"\n{name} (" in text and "the kernel runs 4-bit weights only" in text, text
+    assert ("2 layers: 2 passed, 0 failed, 0 not run; summed" in text if bits == 4 else
+            "2 layers: 0 passed, 0 failed, 2 not run" in text), text
