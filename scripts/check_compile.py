@@ -16,6 +16,11 @@ second run over unchanged sources (``scripts/test.sh`` runs this script and then
 runs the same check) costs nothing.
 
     python scripts/check_compile.py [--arch sm_80 --arch sm_90] [--out DIR] [--jobs 2] [--no-cache]
+
+After an edit to the kernel, ``--config NAME`` (repeatable) compiles one configuration in every
+build the full check makes of it (symmetric, zero points, the fused group scale, ``pdl=True``),
+or, for a configuration no list holds, its symmetric and zero-point builds (and the fused one
+where it applies) for the architectures it runs on: registers and spills in seconds.
 """
 from __future__ import annotations
 
@@ -157,6 +162,40 @@ def config_targets():
         f"mma.sync producer, run-time hand-out and early-bottom examples "
         f"and {len(pdl) // 2} tuned configs in the pdl=True build, sym and zero-point each; "
         f"{len(fma)} builds with the group scale inside the unpacking (sym, plain and pdl=True)")
+
+
+_BUILD_TAGS = ("", "_zp", "_pdl", "_zp_pdl", "_fma", "_fma_pdl")
+
+
+def named_targets(names) -> tuple:
+    """``(targets, notes)`` for the configurations ``names``: every target of the full check
+    that builds one of them, or, for a valid configuration no list holds, its own builds (sm_90a
+    for wgmma, sm_90 for a producer warpgroup, else every requested architecture). An invalid
+    name raises ValueError (``KernelConfig.from_name`` and ``validate`` say why)."""
+    from marlin_cupy.config import KernelConfig
+    from marlin_cupy.kernels import marlin_entry, marlin_source
+    listed, _ = config_targets()
+    targets, notes = [], []
+    for name in names:
+        cfg = KernelConfig.from_name(name)
+        cfg.validate()
+        labels = {f"config:{cfg.compiled.name}{tag}" for tag in _BUILD_TAGS}
+        found = [t for t in listed if t.label in labels]
+        if found:
+            notes.append(f"{name}: the full check's {len(found)} build(s) of it")
+        else:
+            archs = ("sm_90a",) if cfg.wgmma else ("sm_90",) if cfg.producer else ()
+            builds = [(False, False), (True, False)] + ([(False, True)]
+                                                        if cfg.scale_fma_applies else [])
+            found = [Target(label=f"config:{cfg.compiled.name}{'_zp' if zp else ''}"
+                                  f"{'_fma' if fma else ''}",
+                            source=marlin_source(cfg, zp, fma=fma),
+                            entry=marlin_entry(cfg, zp, fma), archs=archs)
+                     for zp, fma in builds]
+            notes.append(f"{name}: in no list of the full check; its {len(found)} build(s) "
+                         f"compiled for {', '.join(archs) or 'every requested architecture'}")
+        targets += [t for t in found if t not in targets]
+    return targets, notes
 
 
 def all_targets():
@@ -310,11 +349,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="folder for compile_check.json and .md")
     ap.add_argument("--jobs", type=int, default=2, help="compile processes (default 2)")
     ap.add_argument("--no-cache", action="store_true", help="recompile even if cached")
+    ap.add_argument("--config", action="append", metavar="NAME",
+                    help="only this kernel configuration (repeatable), every build of it")
     args = ap.parse_args(argv)
     archs = tuple(args.arch) if args.arch else DEFAULT_ARCHS
 
     start = time.perf_counter()
-    targets, notes = all_targets()
+    if args.config:
+        try:
+            targets, notes = named_targets(args.config)
+        except ValueError as e:
+            print(f"FAILED: {e}")
+            return 2
+    else:
+        targets, notes = all_targets()
     extra = sorted({a for t in targets for a in _archs_for(t, archs)} - set(archs))
     notes.append(f"NVRTC {nvrtc_version()}, architectures {', '.join(archs)}"
                  + (f" (and {', '.join(extra)} for arch-specific targets)" if extra else ""))

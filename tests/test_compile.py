@@ -105,3 +105,41 @@ def test_report_names_the_switches_it_was_built_with(tmp_path, monkeypatch):
     monkeypatch.delenv("MARLIN_CUPY_DEFINES")
     assert check_compile.main(["--out", str(tmp_path), "--jobs", "1", "--no-cache"]) == 0
     assert "kernel_defines" not in json.loads((tmp_path / "compile_check.json").read_text())
+
+
+# --config NAME: one configuration after an edit, in seconds
+
+def test_a_listed_config_gets_every_build_the_full_check_makes_of_it():
+    from marlin_cupy.config import tuned_instances
+    cfg = next(c for c in tuned_instances()["sm_90"] if c.scale_fma_preferred)
+    targets, notes = check_compile.named_targets([cfg.name])
+    full = [t for t in TARGETS if t.label.startswith(f"config:{cfg.compiled.name}")
+            and t.label[len(f"config:{cfg.compiled.name}"):] in check_compile._BUILD_TAGS]
+    assert sorted(t.label for t in targets) == sorted(t.label for t in full)
+    assert {t.label.removeprefix(f"config:{cfg.compiled.name}") for t in targets} == {
+        "", "_zp", "_pdl", "_zp_pdl", "_fma", "_fma_pdl"}
+    assert "the full check's 6 build(s)" in notes[0]
+
+
+@pytest.mark.parametrize("name,archs,builds", [
+    ("t256_m4_n16_k8_s5_g8_fp32par_sw8_wg_w32_ws", ("sm_90a",), 3),   # wgmma: sym, zp, fused
+    ("t256_m1_n8_k8_s7_g8_fp32", (), 2),                               # mma.sync: sm_80 and sm_90
+])
+def test_a_config_in_no_list_gets_its_own_builds(name, archs, builds):
+    assert not any(t.label == f"config:{name}" for t in TARGETS)
+    targets, notes = check_compile.named_targets([name])
+    assert len(targets) == builds and all(t.archs == archs for t in targets)
+    assert "in no list of the full check" in notes[0]
+
+
+def test_main_compiles_a_named_config(capsys):
+    assert check_compile.main(["--config", "t256_m1_n8_k8_s7_g8_fp32", "--arch", "sm_90",
+                               "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "config:t256_m1_n8_k8_s7_g8_fp32_zp" in out and "compile check passed: 2" in out
+
+
+@pytest.mark.parametrize("name", ["t256_bogus", "t256_m1_n8_k8_s4_g8_fp32_sw1_wg"])
+def test_main_refuses_a_bad_config_name(name, capsys):
+    assert check_compile.main(["--config", name]) == 2
+    assert capsys.readouterr().out.startswith("FAILED: ")

@@ -57,6 +57,20 @@ def test_every_name_the_section_gives_exists():
         assert hasattr(ops, name), f"README names ops.{name}, which marlin_cupy.ops lacks"
 
 
+def test_every_package_name_the_readme_gives_exists():
+    # The whole README: `mc.X` and `marlin_cupy.module.X` (a function or a submodule).
+    import importlib.util
+    text = README.read_text()
+    for name in set(re.findall(r"\bmc\.(\w+)", text)):
+        assert hasattr(mc, name), f"README names mc.{name}"
+    for module, name in set(re.findall(r"\bmarlin_cupy\.(\w+)\.(\w+)", text)):
+        if importlib.util.find_spec(f"marlin_cupy.{module}") is None:
+            continue                       # marlin_cupy.demo.py, say: a file, not a name
+        found = (hasattr(importlib.import_module(f"marlin_cupy.{module}"), name)
+                 or importlib.util.find_spec(f"marlin_cupy.{module}.{name}") is not None)
+        assert found, f"README names marlin_cupy.{module}.{name}"
+
+
 def test_the_examples_that_need_no_gpu_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ns = run([b for b in blocks() if b.startswith(CPU_MARK)])
