@@ -405,10 +405,17 @@ def _as_cupy(x, name: str):
     if isinstance(x, np.ndarray):
         raise ValueError(f"{name} is a NumPy array on the host; move it to the GPU first "
                          f"(cupy.asarray({name})).")
-    if hasattr(x, "__dlpack__"):
-        return cp.from_dlpack(x)
-    if hasattr(x, "__cuda_array_interface__"):
-        return cp.asarray(x)
+    if hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__"):
+        try:
+            return cp.from_dlpack(x) if hasattr(x, "__dlpack__") else cp.asarray(x)
+        except (BufferError, TypeError, ValueError) as e:
+            # CuPy's own words for a CPU tensor or a dtype it has no view of (bfloat16 in
+            # some versions) name neither the argument nor what to pass instead.
+            dtype, device = getattr(x, "dtype", "?"), getattr(x, "device", "?")
+            raise ValueError(f"{name} ({type(x).__name__}, dtype {dtype}, device {device}) has "
+                             f"no CuPy view ({type(e).__name__}: {e}). The kernel takes float16 "
+                             f"arrays on the GPU: for a torch tensor, {name}.half().cuda() (a "
+                             f"copy, and a rounding for bfloat16 or float32).") from e
     raise ValueError(f"{name} must be a CuPy array or a GPU tensor with __dlpack__ or "
                      f"__cuda_array_interface__; got {type(x).__name__}.")
 
@@ -457,12 +464,14 @@ def _check_gpu_array(a, name: str, dtype, shape):
     cp = _cupy()
     if a.dtype != dtype:
         raise ValueError(f"{name} must have dtype {np.dtype(dtype).name}; got {a.dtype}. "
-                         f"Nothing is cast implicitly.")
+                         f"Nothing is cast implicitly: {name}.astype(cupy.{np.dtype(dtype).name}) "
+                         f"for CuPy, {name}.to(torch.{np.dtype(dtype).name}) for torch.")
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(a.shape)}.")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (row-major, no strides); got strides "
-                         f"{a.strides}. Use cupy.ascontiguousarray({name}).")
+                         f"{a.strides}. Use cupy.ascontiguousarray({name}) "
+                         f"({name}.contiguous() for torch).")
     if a.data.ptr % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary (the kernel reads 16-byte "
                          f"vectors); its address is {a.data.ptr:#x}. Copy it into a fresh array.")

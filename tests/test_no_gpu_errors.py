@@ -64,3 +64,24 @@ def test_to_device_without_a_gpu_names_the_call_and_the_reason(monkeypatch):
 def test_raise_if_no_gpu_returns_when_a_gpu_is_usable(monkeypatch):
     monkeypatch.setattr(records, "gpu_unavailable_reason", lambda: None)
     assert records.raise_if_no_gpu("x", ValueError("y")) is None
+
+
+class NoView:
+    """A tensor CuPy cannot view (as a CPU or bfloat16 torch tensor in some CuPy versions)."""
+    dtype, device = "torch.bfloat16", "cuda:0"
+
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError("unsupported dtype")
+
+    def __dlpack_device__(self):
+        raise BufferError("unsupported dtype")
+
+
+def test_a_tensor_cupy_cannot_view_is_named_with_what_to_pass(monkeypatch):
+    cp = pytest.importorskip("cupy")
+    monkeypatch.setattr(cp, "from_dlpack", lambda x: x.__dlpack__())
+    with pytest.raises(ValueError, match=r"x \(NoView, dtype torch\.bfloat16, device cuda:0\) has "
+                                         r"no CuPy view \(BufferError: unsupported dtype\)\. The "
+                                         r"kernel takes float16 arrays on the GPU: for a torch "
+                                         r"tensor, x\.half\(\)\.cuda\(\)"):
+        ops._as_cupy(NoView(), "x")
