@@ -764,6 +764,13 @@ class TestBadInputs:
         with pytest.raises(ValueError, match="float16"):
             mc.matmul(cp.zeros((2, 256), cp.float32), mw)
 
+    def test_torch_bfloat16_named(self, mw):
+        # From a bfloat16 model: refused (whether CuPy views the tensor or not), saying float16.
+        torch = pytest.importorskip("torch")
+        x = torch.zeros((2, 256), dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(ValueError, match=r"float16.*(\.half\(\)|torch\.float16)"):
+            mc.matmul(x, mw)
+
     def test_wrong_k(self, mw):
         with pytest.raises(ValueError, match="K=256"):
             mc.matmul(cp.zeros((2, 128), cp.float16), mw)
