@@ -466,9 +466,10 @@ def load_gptq_checkpoint(path_dir, names=None) -> dict:
     (when false, a non-default ``g_idx`` is an error). Marlin-format checkpoints are refused.
     A layer is every ``<name>.qweight``; its other tensors must be present (``g_idx`` may be
     absent unless ``desc_act`` is true). The tensors are read from the file the config's
-    ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say), else
-    ``model.safetensors``, else the shards of ``model.safetensors.index.json``, else the
-    folder's only ``.safetensors`` file.
+    ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say) or
+    the shards of its ``.safetensors.index.json``, else ``model.safetensors`` or the shards of
+    ``model.safetensors.index.json``, else (when the config names no file) the folder's only
+    ``.safetensors`` file.
 
     ``names``: only these layers (a collection of layer names; one the checkpoint lacks is an
     error). Everything asked for is read and checked before anything is returned. The codes
@@ -712,48 +713,57 @@ def _check_bits_in_config(bits, path) -> None:
 
 
 def _tensor_files(folder: Path, base_name=None) -> list:
-    """The safetensors files of a checkpoint: the file the config names (AutoGPTQ's
-    ``model_file_base_name``, to which it appends ``.safetensors``: ``gptq_model-4bit-128g``,
-    say), which must exist; else the first of ``model.safetensors``, the shards of
-    ``model.safetensors.index.json``, or the folder's only ``.safetensors`` file."""
+    """The safetensors files of a checkpoint, the first of these that exists: the file the
+    config's ``model_file_base_name`` names (AutoGPTQ appends ``.safetensors``:
+    ``gptq_model-4bit-128g``, say) or the shards of its index
+    (``<base>.safetensors.index.json``, AutoGPTQ's sharded save); ``model.safetensors`` or the
+    shards of ``model.safetensors.index.json``; and, when the config names no file, the
+    folder's only ``.safetensors`` file."""
+    stems = ["model"]
     if base_name is not None:
         if (not isinstance(base_name, str) or not base_name
                 or Path(base_name).name != base_name):
             raise ValueError(f"model_file_base_name must be a file name without a folder; got "
                              f"{base_name!r}.")
-        stem = base_name[:-len(".safetensors")] if base_name.endswith(".safetensors") else base_name
-        named = folder / (stem + ".safetensors")
-        if named.is_file():
-            return [named]
-        others = sorted(f.name for f in folder.glob("*.safetensors*"))
-        raise ValueError(f"the config names model_file_base_name={base_name!r}, but {named} does "
-                         f"not exist; the folder has {others or 'no .safetensors files'}. Set "
-                         f"model_file_base_name to the weights' file name without .safetensors, "
-                         f"or remove it to read {CHECKPOINT_FILE} or {CHECKPOINT_INDEX}.")
-    single = folder / CHECKPOINT_FILE
-    if single.is_file():
-        return [single]
-    index = folder / CHECKPOINT_INDEX
-    if index.is_file():
-        weight_map = _read_json(index)
-        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str)
-                                                       for v in weight_map.values()):
-            raise ValueError(f"{index} has no valid 'weight_map' (tensor name -> file name).")
-        files = [folder / f for f in sorted(set(weight_map.values()))]
-        missing = [str(f) for f in files if not f.is_file()]
-        if missing:
-            raise ValueError(f"{index} lists shard(s) that do not exist: {missing}.")
-        return files
+        base = base_name[:-len(".safetensors")] if base_name.endswith(".safetensors") else base_name
+        stems = list(dict.fromkeys([base, "model"]))
+    for stem in stems:
+        single = folder / f"{stem}.safetensors"
+        if single.is_file():
+            return [single]
+        index = folder / f"{stem}.safetensors.index.json"
+        if index.is_file():
+            return _shards(index)
     found = sorted(folder.glob("*.safetensors"))
-    if len(found) == 1:
+    if base_name is None and len(found) == 1:
         return found
+    listed = ", ".join(f.name for f in found) or "none"
+    if base_name is not None:
+        raise ValueError(f"the config names model_file_base_name={base_name!r}, but {folder} has "
+                         f"neither {stems[0]}.safetensors nor {stems[0]}.safetensors.index.json "
+                         f"(nor {CHECKPOINT_FILE} or {CHECKPOINT_INDEX}); its .safetensors "
+                         f"files: {listed}.")
     if found:
-        raise ValueError(f"no {CHECKPOINT_FILE} or {CHECKPOINT_INDEX} in {folder}, and "
-                         f"{len(found)} other .safetensors files "
-                         f"({', '.join(f.name for f in found)}): name the one with the weights "
-                         f"in the config's model_file_base_name (without .safetensors).")
+        raise ValueError(f"no {CHECKPOINT_FILE} or {CHECKPOINT_INDEX} in {folder}, but "
+                         f"{len(found)} other .safetensors files ({listed}). A checkpoint "
+                         f"sharded over several files needs its index (a .safetensors.index.json "
+                         f"whose weight_map names them); if one file alone holds the weights, "
+                         f"name it in the config's model_file_base_name (without .safetensors).")
     raise ValueError(f"no {CHECKPOINT_FILE} (or {CHECKPOINT_INDEX}) in {folder}.")
+
+
+def _shards(index: Path) -> list:
+    """The files a safetensors index's ``weight_map`` names, which must all exist."""
+    weight_map = _read_json(index)
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str)
+                                                   for v in weight_map.values()):
+        raise ValueError(f"{index} has no valid 'weight_map' (tensor name -> file name).")
+    files = [index.parent / f for f in sorted(set(weight_map.values()))]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ValueError(f"{index} lists shard(s) that do not exist: {missing}.")
+    return files
 
 
 def _index_tensors(path_dir, roles, optional=(), base_name=None) -> dict:

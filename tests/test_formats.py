@@ -476,6 +476,23 @@ def rewrite(tmp_path, drop=(), replace=None):
     save_file(tensors, str(tmp_path / "model.safetensors"))
 
 
+def shard_checkpoint(tmp_path, stem="model"):
+    """Split model.safetensors over two shards named as ``stem``'s save names them, with
+    ``<stem>.safetensors.index.json``."""
+    from safetensors.numpy import load_file
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.safetensors").unlink()
+    shards = {f"{stem}-00001-of-00002.safetensors": {}, f"{stem}-00002-of-00002.safetensors": {}}
+    weight_map = {}
+    for i, (key, value) in enumerate(sorted(tensors.items())):
+        shard = sorted(shards)[i % 2]
+        shards[shard][key] = value
+        weight_map[key] = shard
+    for shard, content in shards.items():
+        save_file(content, str(tmp_path / shard))
+    (tmp_path / f"{stem}.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
 def edit_config(tmp_path, **changes):
     path = tmp_path / "quantize_config.json"
     cfg = json.loads(path.read_text())
@@ -529,19 +546,7 @@ class TestGptqCheckpointRoundTrip:
     def test_sharded_index(self, tmp_path):
         layers = layers_for(sym=False)
         save_gptq_checkpoint(tmp_path, layers)
-        from safetensors.numpy import load_file
-        tensors = load_file(str(tmp_path / "model.safetensors"))
-        (tmp_path / "model.safetensors").unlink()
-        shards = {"model-00001-of-00002.safetensors": {}, "model-00002-of-00002.safetensors": {}}
-        weight_map = {}
-        for i, (key, value) in enumerate(sorted(tensors.items())):
-            shard = sorted(shards)[i % 2]
-            shards[shard][key] = value
-            weight_map[key] = shard
-        for shard, content in shards.items():
-            save_file(content, str(tmp_path / shard))
-        index = tmp_path / "model.safetensors.index.json"
-        index.write_text(json.dumps({"weight_map": weight_map}))
+        shard_checkpoint(tmp_path)
         assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
 
     @pytest.mark.parametrize("base", ["gptq_model-4bit-64g", "gptq_model-4bit-64g.safetensors"])
@@ -555,6 +560,26 @@ class TestGptqCheckpointRoundTrip:
         (tmp_path / "other" / "model.safetensors").rename(tmp_path / "model.safetensors")
         edit_config(tmp_path, model_file_base_name=base)
         assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    @pytest.mark.parametrize("base,stem", [
+        (None, "model"),                                  # Hugging Face's sharded save
+        ("model", "model"),                               # ... with the common "model" base name
+        ("gptq_model-4bit-64g", "gptq_model-4bit-64g"),   # AutoGPTQ's sharded save
+        ("gptq_model-4bit-64g", "model"),                 # the base name's file renamed
+    ])
+    def test_shards_and_base_names(self, tmp_path, base, stem):
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        shard_checkpoint(tmp_path, stem)
+        if base is not None:
+            edit_config(tmp_path, model_file_base_name=base)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_renamed_single_file_with_a_stale_base_name(self, tmp_path):
+        layers = layers_for(sym=False)
+        save_gptq_checkpoint(tmp_path, layers)
+        edit_config(tmp_path, model_file_base_name="gptq_model-4bit-64g")
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)    # model.safetensors
 
     def test_the_only_safetensors_file_of_another_name(self, tmp_path):
         layers = layers_for(sym=False)
@@ -652,9 +677,11 @@ class TestBrokenGptqCheckpoint:
 
     def test_file_the_config_names_is_missing(self, saved):
         edit_config(saved, model_file_base_name="gptq_model-4bit-128g")
+        (saved / "model.safetensors").rename(saved / "a.safetensors")
         with pytest.raises(ValueError, match=r"model_file_base_name='gptq_model-4bit-128g', but "
-                                             r".*gptq_model-4bit-128g\.safetensors does not exist; "
-                                             r"the folder has \['model\.safetensors'\]"):
+                                             r".* has neither gptq_model-4bit-128g\.safetensors "
+                                             r"nor gptq_model-4bit-128g\.safetensors\.index\.json "
+                                             r".*its \.safetensors files: a\.safetensors"):
             load_gptq_checkpoint(saved)
 
     @pytest.mark.parametrize("base", ["", "../model", 4])
@@ -667,7 +694,9 @@ class TestBrokenGptqCheckpoint:
         (saved / "model.safetensors").rename(saved / "a.safetensors")
         (saved / "b.safetensors").write_bytes((saved / "a.safetensors").read_bytes())
         with pytest.raises(ValueError, match=r"no model\.safetensors .*2 other \.safetensors "
-                                             r"files \(a\.safetensors, b\.safetensors\)"):
+                                             r"files \(a\.safetensors, b\.safetensors\)\. A "
+                                             r"checkpoint sharded over several files needs its "
+                                             r"index"):
             load_gptq_checkpoint(saved)
 
     def test_not_a_folder(self, tmp_path):
