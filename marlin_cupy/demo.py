@@ -13,7 +13,8 @@
 With ``--checkpoint FOLDER`` the same steps run on a GPTQ or AWQ checkpoint's layers instead,
 one layer at a time (``iter_gptq_checkpoint`` / ``iter_awq_checkpoint``): each is read, packed
 and unpacked again, and where a GPU exists run on ``x [M, K]`` against FP16 on its dequantized
-weights, with the accuracy rule below and both times; a summary gives the summed times.
+weights, with the accuracy rule below and both times; a summary gives the summed times. A
+layer whose shape the layout or the kernel does not take is listed as not run, with the reason.
 ``--layer NAME`` (repeatable) picks layers, ``--max-layers N`` stops after N.
 
 Exit status: 0 when every step that ran passed; 1 when the kernel's result fails the accuracy
@@ -23,6 +24,7 @@ its codes; 2 when a checkpoint cannot be read (the message says why).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -207,14 +209,19 @@ def checkpoint_part(args) -> int:
               f"{args.reps} runs, L2 flushed before each")
     counts = dict(layers=0, failed=0, skipped=0)
     total = total_fp16 = 0.0
+    if args.max_layers is not None:            # stop before reading the next layer at all
+        layers = itertools.islice(layers, args.max_layers)
     try:
         for name, qw in layers:
-            if args.max_layers is not None and counts["layers"] >= args.max_layers:
-                break
             counts["layers"] += 1
             what = (f"K={qw.k} N={qw.n} {qw.bits}-bit g{qw.group_size}"
                     f"{'' if qw.sym else ' zp'}{' act-order' if qw.g_idx is not None else ''}")
-            mw = mc.pack(qw)
+            try:
+                mw = mc.pack(qw)
+            except ValueError as e:            # a shape the layout does not take: its message
+                counts["skipped"] += 1
+                print(f"{name} ({what}): not packed: {e}")
+                continue
             if not mc.unpack(mw).equals(qw):
                 counts["failed"] += 1
                 print(f"{name} ({what}): unpack(pack(q)) differs from q -> FAIL")
@@ -228,7 +235,7 @@ def checkpoint_part(args) -> int:
                 continue
             try:
                 r = measure(mw, qw.dequantize(), args.seed + counts["layers"])
-            except ValueError as e:        # a shape the kernel does not run: its message
+            except ValueError as e:            # a shape the kernel does not run: its message
                 counts["skipped"] += 1
                 print(f"{name} ({what}): packed; not run: {e}")
                 continue
@@ -248,6 +255,13 @@ def checkpoint_part(args) -> int:
     return 1 if counts["failed"] else 0
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=4096, help="in_features (default 4096)")
@@ -262,8 +276,8 @@ def main(argv=None) -> int:
                     help="the checkpoint's format (default: from its config)")
     ap.add_argument("--layer", action="append", metavar="NAME",
                     help="only this layer of the checkpoint (repeatable)")
-    ap.add_argument("--max-layers", type=int, metavar="N",
-                    help="stop after N layers of the checkpoint")
+    ap.add_argument("--max-layers", type=_positive, metavar="N",
+                    help="stop after N layers of the checkpoint (N >= 1)")
     args = ap.parse_args(argv)
     if args.checkpoint is not None:
         return checkpoint_part(args)

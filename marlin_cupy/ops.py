@@ -408,16 +408,27 @@ def _as_cupy(x, name: str):
     if hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__"):
         try:
             return cp.from_dlpack(x) if hasattr(x, "__dlpack__") else cp.asarray(x)
-        except (BufferError, TypeError, ValueError) as e:
-            # CuPy's own words for a CPU tensor or a dtype it has no view of (bfloat16 in
-            # some versions) name neither the argument nor what to pass instead.
+        except (BufferError, TypeError, ValueError, NotImplementedError) as e:
+            # CuPy's own words for a CPU tensor (TypeError) or a bfloat16 one (CuPy 14.2:
+            # NotImplementedError, without ml_dtypes) name neither the argument nor what to
+            # pass instead. (CUDA errors are not caught: no GPU is reported elsewhere.)
             dtype, device = getattr(x, "dtype", "?"), getattr(x, "device", "?")
             raise ValueError(f"{name} ({type(x).__name__}, dtype {dtype}, device {device}) has "
                              f"no CuPy view ({type(e).__name__}: {e}). The kernel takes float16 "
-                             f"arrays on the GPU: for a torch tensor, {name}.half().cuda() (a "
-                             f"copy, and a rounding for bfloat16 or float32).") from e
+                             f"arrays on the GPU: {_fp16_hint(name)}.") from e
     raise ValueError(f"{name} must be a CuPy array or a GPU tensor with __dlpack__ or "
                      f"__cuda_array_interface__; got {type(x).__name__}.")
+
+
+def _fp16_hint(name: str) -> str:
+    """How to pass a float16 GPU array as ``name``: a converted copy of ``x``; but ``out`` must
+    be the caller's own buffer (a copy would take the result, not the buffer)."""
+    if name == "out":
+        return ("allocate out as a C-contiguous float16 GPU array (cupy.empty(shape, "
+                "cupy.float16), torch.empty(shape, dtype=torch.float16, device='cuda')), or "
+                "pass out=None")
+    return (f"{name}.astype(cupy.float16) for CuPy, {name}.to('cuda', torch.float16) for torch "
+            f"(a copy, and a rounding from bfloat16 or float32)")
 
 
 def _stream_types(cp) -> tuple:
@@ -463,15 +474,17 @@ def _check_disjoint(x, out):
 def _check_gpu_array(a, name: str, dtype, shape):
     cp = _cupy()
     if a.dtype != dtype:
+        hint = _fp16_hint(name) if np.dtype(dtype) == np.float16 else ""
         raise ValueError(f"{name} must have dtype {np.dtype(dtype).name}; got {a.dtype}. "
-                         f"Nothing is cast implicitly: {name}.astype(cupy.{np.dtype(dtype).name}) "
-                         f"for CuPy, {name}.to(torch.{np.dtype(dtype).name}) for torch.")
+                         f"Nothing is cast implicitly{': ' + hint if hint else ''}.")
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(a.shape)}.")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (row-major, no strides); got strides "
-                         f"{a.strides}. Use cupy.ascontiguousarray({name}) "
-                         f"({name}.contiguous() for torch).")
+                         f"{a.strides}. " + (
+                             "Pass a C-contiguous out (or out=None)." if name == "out" else
+                             f"Use cupy.ascontiguousarray({name}) ({name}.contiguous() for "
+                             f"torch)."))
     if a.data.ptr % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary (the kernel reads 16-byte "
                          f"vectors); its address is {a.data.ptr:#x}. Copy it into a fresh array.")

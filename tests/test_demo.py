@@ -120,3 +120,34 @@ def test_demo_runs_a_checkpoint_on_the_gpu(tmp_path, kind, bits, gpu_device):
             assert f"\n{name} (" in text and "the kernel runs 4-bit weights only" in text, text
     assert ("2 layers: 2 passed, 0 failed, 0 not run; summed" in text if bits == 4 else
             "2 layers: 0 passed, 0 failed, 2 not run" in text), text
+
+
+def test_demo_goes_past_a_layer_the_layout_refuses(tmp_path):
+    # N = 32 reads fine but does not pack (N must be a multiple of 64): that layer is "not
+    # packed", the next one still runs, and the checkpoint is not called unreadable.
+    import numpy as np
+
+    import marlin_cupy as mc
+    rng = np.random.default_rng(4)
+    mc.save_gptq_checkpoint(tmp_path, {
+        name: mc.quantize(rng.standard_normal((256, n)).astype(np.float32) * 0.02,
+                          group_size=128, sym=False)
+        for name, n in (("a.narrow", 32), ("b.wide", 128))})
+    rc, text = demo("--checkpoint", tmp_path, "--m", 4, "--reps", 3)
+    assert rc == 0, text
+    assert "\na.narrow (K=256 N=32 4-bit g128 zp): not packed: The Marlin layout needs" in text
+    assert "\nb.wide (" in text and "2 layers: 1 passed, 0 failed, 1 not run" in text, text
+
+
+def test_max_layers_stops_before_reading_the_next_layer(tmp_path):
+    from safetensors.numpy import load_file, save_file
+    down, o_proj = small_checkpoint(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors[f"{o_proj}.scales"][0, 0] = float("inf")       # the second layer cannot be read
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    rc, text = demo("--checkpoint", tmp_path, "--max-layers", 1, "--reps", 3)
+    assert rc == 0 and "1 layers: 1 passed" in text and "cannot read" not in text, text
+    rc, text = demo("--checkpoint", tmp_path, "--reps", 3)
+    assert rc == 2 and f"cannot read the checkpoint: {o_proj}.scales" in text, text
+    rc, text = demo("--checkpoint", tmp_path, "--max-layers", 0)
+    assert rc == 2 and "--max-layers: must be at least 1; got 0" in text, text

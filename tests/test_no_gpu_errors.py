@@ -67,21 +67,34 @@ def test_raise_if_no_gpu_returns_when_a_gpu_is_usable(monkeypatch):
 
 
 class NoView:
-    """A tensor CuPy cannot view (as a CPU or bfloat16 torch tensor in some CuPy versions)."""
+    """A tensor CuPy cannot view; ``error`` is what CuPy 14.2 raises: TypeError for a CPU
+    torch tensor, NotImplementedError for a bfloat16 one (without ml_dtypes)."""
     dtype, device = "torch.bfloat16", "cuda:0"
 
+    def __init__(self, error):
+        self.error = error
+
     def __dlpack__(self, *args, **kwargs):
-        raise BufferError("unsupported dtype")
-
-    def __dlpack_device__(self):
-        raise BufferError("unsupported dtype")
+        raise self.error
 
 
-def test_a_tensor_cupy_cannot_view_is_named_with_what_to_pass(monkeypatch):
+@pytest.mark.parametrize("error", [TypeError("CPU tensor"),
+                                   NotImplementedError("CuPy does not support bfloat16")])
+def test_a_tensor_cupy_cannot_view_is_named_with_what_to_pass(monkeypatch, error):
     cp = pytest.importorskip("cupy")
     monkeypatch.setattr(cp, "from_dlpack", lambda x: x.__dlpack__())
-    with pytest.raises(ValueError, match=r"x \(NoView, dtype torch\.bfloat16, device cuda:0\) has "
-                                         r"no CuPy view \(BufferError: unsupported dtype\)\. The "
-                                         r"kernel takes float16 arrays on the GPU: for a torch "
-                                         r"tensor, x\.half\(\)\.cuda\(\)"):
-        ops._as_cupy(NoView(), "x")
+    with pytest.raises(ValueError, match=r"x \(NoView, dtype torch\.bfloat16, device cuda:0\) "
+                                         rf"has no CuPy view \({type(error).__name__}: .*\)\. "
+                                         r"The kernel takes float16 arrays on the GPU: "
+                                         r"x\.astype\(cupy\.float16\) for CuPy, "
+                                         r"x\.to\('cuda', torch\.float16\) for torch"):
+        ops._as_cupy(NoView(error), "x")
+    with pytest.raises(ValueError, match=r"allocate out as a C-contiguous float16 GPU array"):
+        ops._as_cupy(NoView(error), "out")
+
+
+def test_a_cuda_error_is_not_taken_for_a_bad_tensor(monkeypatch):
+    cp = pytest.importorskip("cupy")
+    monkeypatch.setattr(cp, "from_dlpack", lambda x: x.__dlpack__())
+    with pytest.raises(FakeCudaError):
+        ops._as_cupy(NoView(FakeCudaError("cudaErrorInsufficientDriver")), "x")
