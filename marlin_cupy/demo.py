@@ -157,12 +157,12 @@ class _Measure:
 
 def kernel_part(args, mw, w_hat) -> int:
     """Step 3 on the GPU: accuracy against float64 and speed against CuPy's FP16 GEMM."""
-    dev = records.device_info()
-    print(f"3. GPU {dev['name']} ({dev['sms']} SMs): y = x @ W with x [M={args.m}, K={args.k}] "
-          f"fp16")
+    measure = _Measure(args)
+    print(f"3. GPU {measure.dev['name']} ({measure.dev['sms']} SMs): y = x @ W with x "
+          f"[M={args.m}, K={args.k}] fp16")
     if _step("matmul") is None:
         return 0
-    r = _Measure(args)(mw, w_hat, args.seed + 1)
+    r = measure(mw, w_hat, args.seed + 1)
     print(f"   relative error against float64: marlin {r['err']:.2e}, cuBLAS FP16 on the same "
           f"dequantized weights {r['err_fp16']:.2e} -> {'PASS' if r['passed'] else 'FAIL'} "
           f"(bound 2x cuBLAS + 1e-4 = {r['bound']:.2e})")

@@ -41,6 +41,7 @@ so it is written with the group size of the other layers and a loaded checkpoint
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -773,26 +774,21 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None) -> dict:
     tensor without a ``.qweight`` beside it (bar ``.scales``, a common name outside quantized
     layers) means the checkpoint is truncated or inconsistent. Dtypes are checked here too.
     """
-    from safetensors import SafetensorError, safe_open
     folder = Path(path_dir)
     where = {}
     for file in _tensor_files(folder, base_name):
-        try:
-            with safe_open(str(file), framework="np") as handle:
-                for key in handle.keys():
-                    if key.rsplit(".", 1)[-1] not in roles:
-                        continue
-                    if key in where:
-                        raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
-                    dtype = handle.get_slice(key).get_dtype()
-                    if dtype not in ("I32", "U32", "I64", "F16", "F32", "F64"):
-                        raise ValueError(f"tensor {key} in {file} has dtype {dtype}, which this "
-                                         "loader does not read (scales must be F16; packed "
-                                         "tensors I32).")
-                    where[key] = file
-        except (SafetensorError, OSError, TypeError) as e:
-            raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
-                             "truncated or corrupt.") from e
+        with _opened(file) as handle:
+            for key in handle.keys():
+                if key.rsplit(".", 1)[-1] not in roles:
+                    continue
+                if key in where:
+                    raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
+                dtype = handle.get_slice(key).get_dtype()
+                if dtype not in ("I32", "U32", "I64", "F16", "F32", "F64"):
+                    raise ValueError(f"tensor {key} in {file} has dtype {dtype}, which this "
+                                     "loader does not read (scales must be F16; packed "
+                                     "tensors I32).")
+                where[key] = file
 
     layers = {key[:-len(".qweight")] for key in where if key.endswith(".qweight")}
     if not layers:
@@ -834,7 +830,6 @@ def _chosen_layers(where: dict, names, path_dir) -> list:
 
 def _read_layer(where: dict, layer: str, roles) -> dict:
     """``{role: array}`` of one layer's tensors (those ``where`` has), read from their files."""
-    from safetensors import SafetensorError, safe_open
     by_file = {}
     for role in roles:
         key = f"{layer}.{role}"
@@ -842,11 +837,19 @@ def _read_layer(where: dict, layer: str, roles) -> dict:
             by_file.setdefault(where[key], []).append((role, key))
     out = {}
     for file, keys in by_file.items():
-        try:
-            with safe_open(str(file), framework="np") as handle:
-                for role, key in keys:
-                    out[role] = handle.get_tensor(key)
-        except (SafetensorError, OSError, TypeError) as e:
-            raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
-                             "truncated or corrupt.") from e
+        with _opened(file) as handle:
+            for role, key in keys:
+                out[role] = handle.get_tensor(key)
     return out
+
+
+@contextlib.contextmanager
+def _opened(file: Path):
+    """``safe_open(file)`` (NumPy), its read errors as a ValueError that names the file."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(file), framework="np") as handle:
+            yield handle
+    except (SafetensorError, OSError, TypeError) as e:
+        raise ValueError(f"{file} is not a readable safetensors file ({e}); it may be "
+                         "truncated or corrupt.") from e

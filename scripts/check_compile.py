@@ -79,60 +79,51 @@ def standalone_files(cuda_dir: Path | None = None) -> list:
                   if _ENTRY.search(_COMMENT.sub("", p.read_text())))
 
 
-def config_targets():
-    """``(targets, note)``: one target per instantiated configuration.
+def config_target(cfg, zp: bool, archs=(), prefix: str = "", tag: str = "",
+                  fma: bool = False) -> Target:
+    """One build of ``cfg``, labelled ``config:<name>[_zp]<tag>``, its entry point checked."""
+    from marlin_cupy.kernels import marlin_entry, marlin_source
+    return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
+                  source=prefix + marlin_source(cfg, zp, fma=fma),
+                  entry=marlin_entry(cfg, zp, fma), archs=archs)
 
-    While ``marlin_cupy.config`` or ``marlin_cupy.kernels`` does not exist yet the list is empty
-    and ``note`` says so; if they exist but fail to import, the error propagates.
-    """
-    try:
-        from marlin_cupy.config import INSTANTIATED
-        from marlin_cupy.kernels import marlin_source
-    except ModuleNotFoundError as e:
-        if e.name in ("marlin_cupy.config", "marlin_cupy.kernels"):
-            return [], f"{e.name} does not exist yet: no kernel configurations checked"
-        raise
-    try:
-        from marlin_cupy.kernels import marlin_entry
-    except ImportError:
-        marlin_entry = None
+
+def config_targets():
+    """``(targets, note)``: every build of every configuration the project compiles."""
+    from marlin_cupy.config import INSTANTIATED
     from marlin_cupy.config import (DYN_EXAMPLES, EARLY_BOTTOM_EXAMPLES, MMA_PRODUCER_EXAMPLES,
                                     MMA_WIDE_EXAMPLES, PARALLEL_REDUCE_EXAMPLES,
                                     SM90_INSTANTIATED, TOP_SUM_EXAMPLES, WGMMA_EXAMPLES,
                                     tuned_instances)
 
-    def target(cfg, zp, archs=(), prefix="", tag="", fma=False):
-        return Target(label=f"config:{cfg.name}{'_zp' if zp else ''}{tag}",
-                      source=prefix + marlin_source(cfg, zp, fma=fma),
-                      entry=marlin_entry(cfg, zp, fma) if marlin_entry else None, archs=archs)
-
-    targets = [target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
+    targets = [config_target(cfg, zp) for cfg in INSTANTIATED for zp in (False, True)]
     # A table's capped twins (``column_ctas``, a host-side grid cap) are the same kernel as
     # their ``compiled`` config: compiled once.
     tables = {arch: tuple(dict.fromkeys(c.compiled for c in cfgs))
               for arch, cfgs in tuned_instances().items()}
-    tuned = [target(cfg, zp, (arch + cfg.arch_suffix,)) for arch, cfgs in tables.items()
-             for cfg in cfgs for zp in (False, True)]
-    wg = [target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
+    tuned = [config_target(cfg, zp, (arch + cfg.arch_suffix,))
+             for arch, cfgs in tables.items() for cfg in cfgs for zp in (False, True)]
+    wg = [config_target(cfg, zp, ("sm_90a",)) for cfg in WGMMA_EXAMPLES for zp in (False, True)]
     # What the compute capability 9.0 heuristic dispatches (sm_90, sm_90a for wgmma) beyond
     # the tuned tables (compiled above).
     in_tables = {c for cs in tables.values() for c in cs}
-    sm90 = [target(cfg, zp, ("sm_90" + cfg.arch_suffix,)) for cfg in SM90_INSTANTIATED
+    sm90 = [config_target(cfg, zp, ("sm_90" + cfg.arch_suffix,)) for cfg in SM90_INSTANTIATED
             if cfg not in in_tables for zp in (False, True)]
-    par = [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in PARALLEL_REDUCE_EXAMPLES
-           for zp in (False, True)]
+    par = [config_target(cfg, zp, ("sm_90a",) if cfg.wgmma else ())
+           for cfg in PARALLEL_REDUCE_EXAMPLES for zp in (False, True)]
     # The producer warpgroup waits with mbarrier.try_wait: sm_90 only.
-    par += [target(cfg, zp, ("sm_90",)) for cfg in MMA_PRODUCER_EXAMPLES for zp in (False, True)]
+    par += [config_target(cfg, zp, ("sm_90",)) for cfg in MMA_PRODUCER_EXAMPLES
+            for zp in (False, True)]
     # Units handed out at run time (mma.sync, sm_80 and sm_90).
-    par += [target(cfg, zp) for cfg in DYN_EXAMPLES for zp in (False, True)]
+    par += [config_target(cfg, zp) for cfg in DYN_EXAMPLES for zp in (False, True)]
     # The early bottom (both reductions; its wgmma example on sm_90a only).
-    par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in EARLY_BOTTOM_EXAMPLES
-            for zp in (False, True)]
+    par += [config_target(cfg, zp, ("sm_90a",) if cfg.wgmma else ())
+            for cfg in EARLY_BOTTOM_EXAMPLES for zp in (False, True)]
     # The column's top summing (the parallel reduction; its wgmma example on sm_90a only).
-    par += [target(cfg, zp, ("sm_90a",) if cfg.wgmma else ()) for cfg in TOP_SUM_EXAMPLES
-            for zp in (False, True)]
+    par += [config_target(cfg, zp, ("sm_90a",) if cfg.wgmma else ())
+            for cfg in TOP_SUM_EXAMPLES for zp in (False, True)]
     # More warps in the swapped mma.sync loop (512 threads, narrow warps; sm_80 and sm_90).
-    par += [target(cfg, zp) for cfg in MMA_WIDE_EXAMPLES for zp in (False, True)]
+    par += [config_target(cfg, zp) for cfg in MMA_WIDE_EXAMPLES for zp in (False, True)]
     # The build that matmul(..., pdl=True) launches (compute capability 9.0+), for the configs
     # the tuned tables of such devices dispatch. It differs from the plain build in the
     # prologue only; the heuristic's configs are not compiled in it here.
@@ -141,7 +132,7 @@ def config_targets():
     except ImportError:
         PDL_PREFIX = None
     pdl = [] if PDL_PREFIX is None else [
-        target(cfg, zp, (arch + cfg.arch_suffix,), PDL_PREFIX, "_pdl")
+        config_target(cfg, zp, (arch + cfg.arch_suffix,), PDL_PREFIX, "_pdl")
         for arch, cfgs in tables.items() if int(arch[3:]) >= 90
         for cfg in cfgs for zp in (False, True)]
     # The build with the group scale inside the unpacking (symmetric weights whose scales lie
@@ -149,10 +140,11 @@ def config_targets():
     # the dispatch takes (scale_fma_preferred), and of the tables' configs in the pdl=True build.
     dispatchable = dict.fromkeys(list(INSTANTIATED) + list(SM90_INSTANTIATED)
                                  + [c for cs in tables.values() for c in cs])
-    fma = [target(cfg, False, ("sm_90a",), tag="_fma", fma=True) for cfg in dispatchable
+    fma = [config_target(cfg, False, ("sm_90a",), tag="_fma", fma=True) for cfg in dispatchable
            if cfg.scale_fma_preferred]
     if PDL_PREFIX is not None:
-        fma += [target(cfg, False, (arch + cfg.arch_suffix,), PDL_PREFIX, "_fma_pdl", fma=True)
+        fma += [config_target(cfg, False, (arch + cfg.arch_suffix,), PDL_PREFIX, "_fma_pdl",
+                              fma=True)
                 for arch, cfgs in tables.items() if int(arch[3:]) >= 90
                 for cfg in cfgs if cfg.scale_fma_preferred]
     return targets + tuned + sm90 + wg + par + pdl + fma, (
@@ -173,7 +165,6 @@ def named_targets(names) -> tuple:
     for wgmma, sm_90 for a producer warpgroup, else every requested architecture). An invalid
     name raises ValueError (``KernelConfig.from_name`` and ``validate`` say why)."""
     from marlin_cupy.config import KernelConfig
-    from marlin_cupy.kernels import marlin_entry, marlin_source
     listed, _ = config_targets()
     targets, notes = [], []
     for name in names:
@@ -187,10 +178,7 @@ def named_targets(names) -> tuple:
             archs = ("sm_90a",) if cfg.wgmma else ("sm_90",) if cfg.producer else ()
             builds = [(False, False), (True, False)] + ([(False, True)]
                                                         if cfg.scale_fma_applies else [])
-            found = [Target(label=f"config:{cfg.compiled.name}{'_zp' if zp else ''}"
-                                  f"{'_fma' if fma else ''}",
-                            source=marlin_source(cfg, zp, fma=fma),
-                            entry=marlin_entry(cfg, zp, fma), archs=archs)
+            found = [config_target(cfg.compiled, zp, archs, tag="_fma" if fma else "", fma=fma)
                      for zp, fma in builds]
             notes.append(f"{name}: in no list of the full check; its {len(found)} build(s) "
                          f"compiled for {', '.join(archs) or 'every requested architecture'}")
