@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "pack": ("layout", "pack"),
     "unpack": ("layout", "unpack"),
+    "quantize_gptq": ("gptq", "quantize_gptq"),
     "from_gptq": ("formats", "from_gptq"),
     "to_gptq": ("formats", "to_gptq"),
     "from_awq": ("formats", "from_awq"),
