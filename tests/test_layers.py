@@ -4,6 +4,8 @@ host. (The GPU tests compare the layer's outputs, which are the same bits with a
 PDL: only this check sees a dropped ``pdl=``.)"""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -69,6 +71,9 @@ class FakeParameter:
     def float(self):
         return FakeParameter(self.a.astype(np.float32))
 
+    def double(self):
+        return FakeParameter(self.a.astype(np.float64))
+
     def cpu(self):
         return self
 
@@ -91,6 +96,34 @@ def test_from_linear_quantizes_the_transpose(matmul_calls, wrap):
     expected = mc.quantize(w_nk.T.astype(np.float32), bits=4, group_size=64, sym=True)
     assert mc.unpack(layer.weight).equals(expected)
     assert layer.bias is None
+
+
+@pytest.mark.parametrize("wrap", [FakeParameter, np.asarray], ids=["torch-like", "numpy"])
+def test_a_hessian_quantizes_with_gptq(matmul_calls, monkeypatch, wrap):
+    """``hessian=`` (X^T X of the layer's inputs, [in, in]) turns round-to-nearest into GPTQ,
+    ``act_order`` with it; from_linear brings a torch hessian to the host in float64."""
+    rng = np.random.default_rng(2)
+    w_nk = (rng.standard_normal((128, 256)) * 0.02).astype(np.float32)
+    x = rng.standard_normal((512, 16)) @ rng.standard_normal((16, 256))
+    h = x.T @ x
+    for act_order in (False, True):
+        layer = mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), group_size=64,
+                                            hessian=wrap(h), act_order=act_order)
+        expected = mc.quantize_gptq(w_nk.T, h, group_size=64, act_order=act_order)
+        assert mc.unpack(layer.weight).equals(expected)
+        assert not expected.equals(mc.quantize(w_nk.T, group_size=64))
+    # A float64 torch hessian stays float64 (the weights' float32 conversion would round it).
+    seen = []
+    gptq = importlib.import_module("marlin_cupy.gptq")
+    real = gptq.quantize_gptq
+    monkeypatch.setattr(gptq, "quantize_gptq",
+                        lambda w, hessian, **kw: seen.append(hessian.dtype) or real(w, hessian, **kw))
+    mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), hessian=wrap(h))
+    assert seen == [np.float64]
+    assert mc.unpack(mc.MarlinLinear.from_float(w_nk.T, hessian=h).weight).equals(
+        mc.quantize_gptq(w_nk.T, h))
+    with pytest.raises(ValueError, match="act_order=True is GPTQ's processing order"):
+        mc.MarlinLinear.from_float(w_nk.T, act_order=True)
 
 
 @pytest.mark.parametrize("linear,match", [
