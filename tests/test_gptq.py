@@ -284,3 +284,32 @@ class TestBadInputs:
         w[0, 0], w[31, 0], w[32, 0] = 6e4, 5.5e4, 6.2e4
         with pytest.raises(ValueError, match="group 1 of column 0 reaches max.w. = 6"):
             quantize_gptq(w, self._pushed(64, 31, 32), group_size=32, damp=0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act_order", [False, True])
+def test_gptq_weights_through_the_kernel(gpu_device, act_order):
+    """GPTQ's weights (act-order g_idx included) run through the kernel within the GPU tests'
+    bound (at most twice cuBLAS FP16's relative error on the same dequantized weights, plus
+    1e-4), and the kernel's outputs on held-out inputs stay closer to the float layer's than
+    those of round-to-nearest weights."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    k, n = 1024, 512
+    w = rng.standard_normal((k, n)) * 0.02
+    x = correlated_inputs(rng, k, samples=2048 + 64, rank=64)
+    cal, held = x[:2048], x[2048:].astype(np.float16)
+    exact = held.astype(np.float64) @ w
+    errors = {}
+    for name, qw in (("rtn", quantize(w, group_size=128)),
+                     ("gptq", quantize_gptq(w, cal.T @ cal, group_size=128,
+                                            act_order=act_order))):
+        deq = qw.dequantize().astype(np.float64)
+        ref = held.astype(np.float64) @ deq
+        y = cp.asnumpy(mc.matmul(cp.asarray(held), mc.pack(qw).to_device())).astype(np.float64)
+        cublas = cp.asnumpy(cp.matmul(cp.asarray(held), cp.asarray(deq.astype(np.float16))))
+        err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+        err_cublas = np.linalg.norm(cublas.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert np.isfinite(y).all() and err <= 2 * err_cublas + 1e-4, (name, err, err_cublas)
+        errors[name] = np.linalg.norm(y - exact)
+    assert errors["gptq"] * 2 < errors["rtn"], errors
