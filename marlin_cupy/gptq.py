@@ -10,10 +10,12 @@ calibration inputs, ``[samples, K]``); any positive multiple of it gives the sam
 
 What this module computes, in the orientation ``y = x @ W`` (the paper's columns are our rows):
 
-- ``H`` is damped, ``H + damp * mean(diag H) * I``; an input that never fires (``H[i, i] == 0``)
-  gets ``H[i, i] = 1`` first. Its weights are quantized as they are (the reference
-  implementation sets them to 0; we keep them, since the input may fire outside the
-  calibration data).
+- An input that never fires (a zero row and column of ``H``) gets the mean of the other
+  inputs' ``H[i, i]`` on its diagonal (1 if none fires), and ``H`` is damped,
+  ``H + damp * m * I`` with ``m`` that mean, so that every step scales with ``H``. A dead
+  input's weights are quantized as they are (the reference implementation sets them to 0; we
+  keep them, since the input may fire outside the calibration data), and ``act_order`` takes
+  the dead inputs last.
 - ``U`` is the upper Cholesky factor of ``H^-1`` (``H^-1 = U^T U``). Row ``i`` (in processing
   order) is quantized with its group's grid, its error ``e = (w_i - dequant(q_i)) / U[i, i]`` is
   recorded, and every later row ``j`` becomes ``w_j - U[i, j] * e``. Rows are processed in blocks
@@ -29,13 +31,16 @@ What this module computes, in the orientation ``y = x @ W`` (the paper's columns
   ``static_groups=True`` keeps the groups of ``quantize`` instead (consecutive rows in the
   original order, scales from the weights before any update) and only the processing order
   changes, so the result needs no ``g_idx``.
-- Output columns never interact, so columns are processed in chunks that bound the memory.
+- Output columns never interact, so columns are processed in chunks of about 64 MiB of
+  float64 weights. The ``[K, K]`` matrices are not chunked: at most two exist at a time (the
+  caller's ``H`` aside), 2 * 8 * K^2 bytes, 13 GB at K = 28672.
 
 With a diagonal ``H`` (inputs that do not co-vary) no error moves, and the result is exactly
-``quantize(w, ...)``'s. The cost is about ``K^3 / 2`` operations for ``U`` and ``K^2 * N / 2``
-multiply-adds for the updates, in float64, plus a Python step per input row per chunk of
-columns: on a 2-core machine 7 s for a 4096 x 4096 layer and 32 s for 8192 x 4096 (the time
-grows about linearly with N from there).
+``quantize(w, ...)``'s. The cost is about ``7/3 K^3`` operations for ``U`` (a factorization and
+a triangular inverse, which NumPy computes as a general one) and ``K^2 * N / 2`` multiply-adds
+for the updates, in float64, plus a Python step per input row per chunk of columns: on a
+2-core machine 7 s for a 4096 x 4096 layer (3 s of it for ``U``) and 32 s for 8192 x 4096 (the
+time grows about linearly with N from there).
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ def quantize_gptq(w, hessian, bits: int = 4, group_size: int = 128, sym: bool = 
     ``hessian``: ``X^T X`` of calibration inputs ``X [samples, K]`` (float, ``[K, K]``,
     symmetric, positive semi-definite), summed over batches if you like:
     ``H = sum(x.T.astype(np.float64) @ x for x in batches)``; scaling it changes nothing.
+    Inputs that never fire (zero rows and columns) are allowed.
     ``bits``, ``group_size``, ``sym``: as for ``quantize`` (4 or 8; 32, 64, 128 or -1).
     ``act_order``: process the inputs in order of decreasing ``H[i, i]`` (AutoGPTQ's
     ``desc_act``); with groups, the result carries an act-order ``g_idx`` unless
@@ -74,12 +80,16 @@ def quantize_gptq(w, hessian, bits: int = 4, group_size: int = 128, sym: bool = 
 
     Returns a ``QuantizedWeight`` (checked, as ``quantize``'s). Raises ``ValueError`` for
     everything ``quantize`` refuses, a hessian of the wrong shape, non-finite, not symmetric,
-    with a negative diagonal or not positive definite after damping, a ``damp`` outside
-    ``[0, 1]``, and updated weights or dequantized values beyond float16's range. See the
-    module docstring for the algorithm.
+    with a negative diagonal, a zero diagonal entry in a non-zero row, or not positive
+    definite after damping, a ``damp`` outside ``[0, 1]``, and weights, updated weights or
+    dequantized values beyond float16's range. See the module docstring for the algorithm.
     """
+    if hasattr(w, "__cuda_array_interface__"):
+        raise ValueError("quantize_gptq works on host arrays; w is on the GPU. Pass w.get() "
+                         "(CuPy) or w.cpu().numpy() (PyTorch).")
     bits, group_size = check_int("bits", bits), check_int("group_size", group_size)
     w = _check_inputs(w, bits, group_size, sym, False)
+    _check_weight_range(w)
     for name, flag in (("act_order", act_order), ("static_groups", static_groups)):
         if not isinstance(flag, (bool, np.bool_)):
             raise ValueError(f"{name} must be a bool; got {flag!r}.")
@@ -93,10 +103,15 @@ def quantize_gptq(w, hessian, bits: int = 4, group_size: int = 128, sym: bool = 
     if group_size != -1 and _block_rows % group_size:
         raise ValueError(f"_block_rows={_block_rows} must be a multiple of group_size="
                          f"{group_size}.")
-    h = _prepared_hessian(hessian, k, float(damp))
-    order = (np.argsort(-np.diag(h), kind="stable") if act_order
-             else np.arange(k))                                            # [K] processing order
-    u = _inverse_cholesky(h[np.ix_(order, order)])                         # [K, K] upper
+    h, dead = _prepared_hessian(hessian, k, float(damp))
+    if act_order:
+        # Decreasing H[i, i], dead inputs last (lexsort: the last key first; stable).
+        order = np.lexsort((-np.diag(h), dead))                            # [K] processing order
+        h = h[np.ix_(order, order)]
+    else:
+        order = np.arange(k)
+    u = _inverse_cholesky(h)                                               # [K, K] upper
+    del h
 
     g = num_groups(k, group_size)
     q = np.empty((k, n), dtype=np.uint8)
@@ -132,8 +147,22 @@ def quantize_gptq(w, hessian, bits: int = 4, group_size: int = 128, sym: bool = 
     return qw
 
 
-def _prepared_hessian(hessian, k: int, damp: float) -> np.ndarray:
-    """``hessian`` checked and damped, float64 ``[K, K]`` (a fresh array)."""
+def _check_weight_range(w: np.ndarray) -> None:
+    """Raise if a weight is beyond float16's range before any update (after updates, the
+    groups' own check names the compensation as the cause)."""
+    top = np.abs(w).max(axis=0)                                            # [N]
+    if (top > FP16_MAX).any():
+        c = int(np.argmax(top))
+        r = int(np.argmax(np.abs(w[:, c])))
+        raise ValueError(f"w[{r}, {c}] = {float(w[r, c]):.6g} is beyond the float16 maximum "
+                         f"{FP16_MAX:.0f}; its dequantized weights would be inf in the kernels. "
+                         "Rescale the weights (e.g. fold a factor into the previous layer) "
+                         "before quantizing.")
+
+
+def _prepared_hessian(hessian, k: int, damp: float):
+    """``hessian`` checked and damped, float64 ``[K, K]`` (a fresh array), and the dead
+    inputs, bool ``[K]``."""
     if hasattr(hessian, "__cuda_array_interface__"):
         raise ValueError("quantize_gptq works on host arrays; hessian is on the GPU. Pass "
                          "hessian.get() (CuPy) or hessian.cpu().numpy() (PyTorch).")
@@ -160,10 +189,17 @@ def _prepared_hessian(hessian, k: int, damp: float) -> np.ndarray:
         raise ValueError(f"hessian has a negative diagonal entry H[{i}, {i}] = {diag[i]:.6g}; "
                          "X^T X has none. Pass X^T X of the calibration inputs.")
     dead = diag == 0                                                       # inputs never fired
-    diag[dead] = 1.0
-    diag += damp * float(np.mean(diag))
+    bad = dead & (np.abs(h).max(axis=1) > 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"hessian has H[{i}, {i}] = 0 but non-zero entries in row {i}; "
+                             "X^T X has none (it is not positive semi-definite). Pass X^T X "
+                             "of the calibration inputs.")
+    mean = float(np.mean(diag[~dead])) if (~dead).any() else 1.0
+    diag[dead] = mean
+    diag += damp * mean
     h[np.diag_indices(k)] = diag
-    return h
+    return h, dead
 
 
 def _inverse_cholesky(h: np.ndarray) -> np.ndarray:
@@ -172,14 +208,14 @@ def _inverse_cholesky(h: np.ndarray) -> np.ndarray:
 
     With ``J`` the reversal of the index order and ``J h J = C C^T`` (Cholesky, ``C`` lower),
     ``h = A A^T`` for the upper ``A = J C J``, so ``h^-1 = A^-T A^-1`` and ``U = A^-1 =
-    J C^-1 J``: one factorization and one inverse, not the two factorizations and the product
-    of the textbook route (factor ``h``, form ``h^-1``, factor that)."""
+    J C^-1 J``: one factorization and one triangular inverse, where the textbook route
+    factors ``h``, forms ``h^-1`` and factors that."""
     try:
         c = np.linalg.cholesky(h[::-1, ::-1])
     except np.linalg.LinAlgError:
         raise ValueError("hessian is not positive definite after damping; raise damp "
                          "(e.g. 0.1), or collect more calibration samples than inputs K.") from None
-    return np.ascontiguousarray(np.linalg.inv(c)[::-1, ::-1])
+    return np.linalg.inv(c)[::-1, ::-1]                                    # a view: no copy
 
 
 def _gptq_columns(w, u, bits, sym, group_rows, row_group, static_groups, scales, zeros,
@@ -232,7 +268,8 @@ def _group_grid(rows, bits, sym, grp, col0, scales, zeros):
     if (top > FP16_MAX).any():
         c = int(np.argmax(top))
         raise ValueError(f"group {grp} of column {col0 + c} reaches max|w| = {top[c]:.6g} after "
-                         f"the error compensation of the rows before it, beyond the float16 "
+                         f"the error compensation of the rows before it (group numbers count "
+                         f"in processing order), beyond the float16 "
                          f"maximum {FP16_MAX:.0f}; the kernels would compute inf. Rescale the "
                          "weights down (e.g. fold a factor into the previous layer), or raise "
                          "damp, before quantizing.")
@@ -257,7 +294,8 @@ def _check_dequantized(qw: QuantizedWeight) -> None:
         if (deq > FP16_MAX).any():
             r, c = np.unravel_index(int(np.argmax(deq)), deq.shape)
             raise ValueError(f"row {start + r} of column {c} dequantizes to {deq[r, c]:.6g}, "
-                             f"beyond the float16 maximum {FP16_MAX:.0f} (its code is clamped "
-                             "to the group's grid, whose scale is near the float16 limit): the "
-                             "kernels would compute inf. Rescale the weights down (e.g. fold "
-                             "a factor into the previous layer) before quantizing.")
+                             f"beyond the float16 maximum {FP16_MAX:.0f} (its group's scale is "
+                             "rounded up to float16, and a compensated row's code may be "
+                             "clamped to the grid's end): the kernels would compute inf. "
+                             "Rescale the weights down (e.g. fold a factor into the previous "
+                             "layer) before quantizing.")

@@ -11,9 +11,9 @@ class MarlinLinear:
     """Holds a device-resident ``MarlinWeight`` and an optional fp16 bias.
 
     ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (symmetric
-    4-bit, round-to-nearest, or GPTQ given ``hessian=``) and packs; ``MarlinLinear.from_linear(torch_linear)`` does so with
-    a torch ``nn.Linear``'s transposed weight and its bias; ``MarlinLinear(qw_or_mw, bias)``
-    wraps existing weights.
+    4-bit; round-to-nearest, or GPTQ given ``hessian=``) and packs;
+    ``MarlinLinear.from_linear(torch_linear)`` does so with a torch ``nn.Linear``'s transposed
+    weight and its bias; ``MarlinLinear(qw_or_mw, bias)`` wraps existing weights.
     ``pdl=True`` launches with programmatic dependent launch (see ``matmul``'s contract).
     """
 
@@ -45,32 +45,34 @@ class MarlinLinear:
     @classmethod
     def from_float(cls, w: np.ndarray, bias=None, group_size: int = 128, sym: bool = True,
                    config: KernelConfig | None = None, pdl: bool = False, hessian=None,
-                   act_order: bool = False) -> "MarlinLinear":
+                   act_order: bool = False, static_groups: bool = False,
+                   damp: float = 0.01) -> "MarlinLinear":
         """Quantizes ``w [K, N]`` to 4 bits: round-to-nearest (``quantize``), or GPTQ
         (``quantize_gptq``) when ``hessian``, ``X^T X`` of the layer's calibration inputs
-        ``[K, K]``, is given; ``act_order`` is GPTQ's and needs it."""
+        ``[K, K]``, is given; ``act_order``, ``static_groups`` and ``damp`` are GPTQ's."""
         if hessian is None:
-            if act_order:
-                raise ValueError("act_order=True is GPTQ's processing order and needs the "
+            if act_order or static_groups:
+                raise ValueError("act_order and static_groups are GPTQ's and need the "
                                  "calibration inputs' hessian=X^T X; round-to-nearest has none.")
             from .quantize import quantize
             qw = quantize(w, bits=4, group_size=group_size, sym=sym)
         else:
             from .gptq import quantize_gptq
             qw = quantize_gptq(w, hessian, bits=4, group_size=group_size, sym=sym,
-                               act_order=act_order)
+                               act_order=act_order, static_groups=static_groups, damp=damp)
         return cls(qw, bias, config, pdl)
 
     @classmethod
     def from_linear(cls, linear, group_size: int = 128, sym: bool = True,
                     config: KernelConfig | None = None, pdl: bool = False, hessian=None,
-                    act_order: bool = False) -> "MarlinLinear":
+                    act_order: bool = False, static_groups: bool = False,
+                    damp: float = 0.01) -> "MarlinLinear":
         """From a torch ``nn.Linear`` (or anything with ``weight`` ``[out, in]`` and ``bias``):
         quantizes ``linear.weight.T``, since torch keeps ``[N, K]`` where this layer's ``W`` is
         ``[K, N]`` (``from_float(linear.weight)`` would be the wrong product, unnoticed on a
         square layer), and keeps the bias as float16, the output's type (a bias beyond
         float16's range is an error). ``hessian`` (``X^T X`` of the inputs the layer sees,
-        ``[in, in]``) and ``act_order``: GPTQ, as in ``from_float``."""
+        ``[in, in]``; torch, CuPy or NumPy) and the other GPTQ options: as in ``from_float``."""
         weight = getattr(linear, "weight", None)
         if weight is None:
             raise ValueError(f"{type(linear).__name__} has no weight; from_linear takes a "
@@ -90,7 +92,8 @@ class MarlinLinear:
         w_kn = np.ascontiguousarray(w.T, dtype=np.float32)                      # [K, N]
         return cls.from_float(w_kn, bias, group_size=group_size, sym=sym, config=config,
                               pdl=pdl, hessian=None if hessian is None
-                              else _host_array(hessian, wide=True), act_order=act_order)
+                              else _host_array(hessian, wide=True), act_order=act_order,
+                              static_groups=static_groups, damp=damp)
 
     @property
     def in_features(self) -> int:
@@ -117,8 +120,10 @@ class MarlinLinear:
 
 
 def _host_array(t, wide: bool = False) -> np.ndarray:
-    """A torch tensor (detached, as float32 if floating, float64 if ``wide``, on the host) or
-    anything NumPy reads."""
+    """A torch tensor (detached, as float32 if floating, float64 if ``wide``, on the host), a
+    CuPy array (copied to the host), or anything NumPy reads."""
+    if hasattr(t, "__cuda_array_interface__") and hasattr(t, "get"):
+        return t.get()                                                     # CuPy
     if hasattr(t, "detach"):
         t = t.detach()
         if getattr(t, "is_floating_point", lambda: True)():

@@ -47,30 +47,44 @@ def problems(draw):
 
 
 def damped(h, damp):
-    """The module's documented damping, written out: dead inputs get 1, then damp * mean."""
+    """The module's documented damping, written out: a dead input's diagonal becomes the mean
+    of the live ones (1 if none), then every diagonal entry gets damp times that mean. Returns
+    the damped hessian and the processing order of act_order (decreasing diagonal, dead
+    inputs last)."""
     h = (h + h.T) / 2
     d = np.diag(h).copy()
-    d[d == 0] = 1.0
-    d += damp * d.mean()
+    dead = d == 0
+    mean = d[~dead].mean() if (~dead).any() else 1.0
+    d[dead] = mean
+    d += damp * mean
     h[np.diag_indices_from(h)] = d
-    return h
+    live = [i for i in sorted(range(len(d)), key=lambda i: -d[i]) if not dead[i]]
+    return h, np.array(live + [i for i in range(len(d)) if dead[i]], dtype=np.int64)
 
 
-def reference_gptq(w, h, bits, group_size, sym, act_order=False, damp=0.01):
+def reference_gptq(w, h, bits, group_size, sym, act_order=False, damp=0.01,
+                   static_groups=False):
     """Codes [K, N], scales [G, N], zeros [G, N] (float) and the order, by the paper's row
-    by row elimination with an explicit inverse (see the module docstring of this file)."""
+    by row elimination with an explicit inverse (see the module docstring of this file).
+    ``static_groups``: the grids of round-to-nearest on the original weights, by original
+    row."""
     k, n = w.shape
-    h = damped(h.astype(np.float64), damp)
-    order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(k)
+    h, by_diag = damped(h.astype(np.float64), damp)
+    order = by_diag if act_order else np.arange(k)
     h = h[np.ix_(order, order)]
     h_inv = np.linalg.inv(h)
+    rtn = quantize(w, bits=bits, group_size=group_size, sym=sym)
     w = w[order].astype(np.float64)
     rows = k if group_size == -1 else group_size
     maxq = (1 << bits) - 1
     codes = np.zeros((k, n))
     scales, zeros = [], []
     for i in range(k):
-        if i % rows == 0:
+        if static_groups:
+            grp = rtn.row_groups()[order[i]]
+            s = rtn.scales[grp].astype(np.float64)
+            z = rtn.zero_points()[grp].astype(np.float64)
+        elif i % rows == 0:
             grp = w[i:i + rows]
             if sym:
                 lo, hi = None, np.abs(grp).max(axis=0)[None]
@@ -88,6 +102,8 @@ def reference_gptq(w, h, bits, group_size, sym, act_order=False, damp=0.01):
         h_inv[i + 1:, i + 1:] -= np.outer(h_inv[i + 1:, i], h_inv[i, i + 1:]) / d
     out = np.empty_like(codes)
     out[order] = codes
+    if static_groups:
+        return out, rtn.scales, rtn.zero_points(), order
     return out, np.array(scales), np.array(zeros), order
 
 
@@ -97,15 +113,19 @@ def output_error(x, w, qw):
 
 
 @SETTINGS
-@given(problems(), st.booleans())
-def test_matches_the_row_by_row_reference(problem, act_order):
+@given(problems(), st.booleans(), st.booleans())
+def test_matches_the_row_by_row_reference(problem, act_order, static):
     w, h, bits, group_size, sym = problem
-    qw = quantize_gptq(w, h, bits=bits, group_size=group_size, sym=sym, act_order=act_order)
-    codes, scales, zeros, order = reference_gptq(w, h, bits, group_size, sym, act_order)
+    qw = quantize_gptq(w, h, bits=bits, group_size=group_size, sym=sym, act_order=act_order,
+                       static_groups=static)
+    codes, scales, zeros, order = reference_gptq(w, h, bits, group_size, sym, act_order,
+                                                 static_groups=static)
     assert np.array_equal(qw.q, codes.astype(np.uint8))
     assert np.array_equal(qw.scales.view(np.uint16), scales.view(np.uint16))
     assert np.array_equal(qw.zero_points(), zeros.astype(np.uint8))
-    if act_order and group_size != -1:
+    if static:
+        assert qw.g_idx is None
+    elif act_order and group_size != -1:
         # Groups are consecutive in processing order; each holds group_size rows.
         expected = np.empty(w.shape[0], np.int32)
         expected[order] = np.arange(w.shape[0]) // group_size
@@ -120,11 +140,15 @@ def test_blocks_and_column_chunks_change_nothing(problem, act_order, static, chu
     args = dict(bits=bits, group_size=group_size, sym=sym, act_order=act_order,
                 static_groups=static)
     base = quantize_gptq(w, h, **args)
-    small_blocks = 32 if group_size in (32, -1) else group_size
-    assert quantize_gptq(w, h, _block_rows=small_blocks, **args).equals(base)
+    # Blocks of 256 rows, and of 32 or 64 where the group size allows (the default is 128).
+    for rows in (32, 64, 256):
+        if group_size == -1 or rows % group_size == 0:
+            assert quantize_gptq(w, h, _block_rows=rows, **args).equals(base)
     assert quantize_gptq(w, h, _chunk_columns=chunk, **args).equals(base)
-    # Any positive multiple of X^T X gives the same result (4: exact in floating point).
-    assert quantize_gptq(w, 4.0 * h, **args).equals(base)
+    # Any positive multiple of X^T X gives the same result, dead inputs included (powers of
+    # two: exact in floating point; 2^-40 makes a live diagonal far smaller than 1).
+    for factor in (4.0, 2.0 ** -40):
+        assert quantize_gptq(w, factor * h, **args).equals(base)
 
 
 @st.composite
@@ -153,14 +177,13 @@ def test_inputs_that_do_not_covary_give_round_to_nearest(problem, act_order):
     assert quantize_gptq(w, h, bits=bits, group_size=group_size, sym=sym, act_order=True,
                          static_groups=True).equals(rtn)
     qw = quantize_gptq(w, h, bits=bits, group_size=group_size, sym=sym, act_order=True)
-    # The damping keeps the diagonal's order (dead inputs become 1 first).
-    d = np.diag(h).copy()
-    d[d == 0] = 1.0
-    order = np.argsort(-d, kind="stable")
+    # Decreasing diagonal, dead inputs last (the damping adds the same to every entry).
+    order = np.argsort(-np.diag(h), kind="stable")         # dead inputs (0) sort last
     permuted = quantize(w[order], bits=bits, group_size=group_size, sym=sym)
     assert np.array_equal(qw.q[order], permuted.q)
     assert np.array_equal(qw.scales.view(np.uint16), permuted.scales.view(np.uint16))
     assert np.array_equal(qw.zero_points(), permuted.zero_points())
+    assert np.array_equal(qw.row_groups()[order], permuted.row_groups())
 
 
 def test_no_calibration_at_all_is_round_to_nearest():
@@ -238,11 +261,33 @@ class TestBadInputs:
             quantize_gptq(self.w, h)
 
     def test_not_positive_definite(self):
-        # Symmetric with a non-negative diagonal, yet indefinite, and too much so for damp.
-        h = np.ones((128, 128)) - 2 * np.eye(128) + np.eye(128)
-        h[0, 1] = h[1, 0] = 50.0
+        # A positive diagonal, but rows 0 and 1 form [[1, 2], [2, 1]] (eigenvalues 3 and -1).
+        h = np.eye(128)
+        h[0, 1] = h[1, 0] = 2.0
         with pytest.raises(ValueError, match="not positive definite after damping; raise damp"):
             quantize_gptq(self.w, h, damp=0.0)
+        quantize_gptq(self.w, h, damp=1.0)     # lifted by the damping: fine
+
+    def test_zero_diagonal_in_a_live_row(self):
+        h = np.eye(128)
+        h[5, 5] = 0.0
+        h[5, 9] = h[9, 5] = 0.5
+        with pytest.raises(ValueError, match=r"H\[5, 5\] = 0 but non-zero entries in row 5"):
+            quantize_gptq(self.w, h)
+
+    def test_weight_beyond_float16_named_before_any_update(self):
+        w = np.zeros((128, 4))
+        w[0, 2] = 7e4
+        with pytest.raises(ValueError, match=r"w\[0, 2\] = 70000 is beyond the float16"):
+            quantize_gptq(w, np.eye(128))
+
+    def test_on_the_gpu_is_refused_with_the_way_back(self):
+        class OnDevice:
+            __cuda_array_interface__ = {}
+        with pytest.raises(ValueError, match="quantize_gptq works on host arrays; w is on"):
+            quantize_gptq(OnDevice(), self.h)
+        with pytest.raises(ValueError, match="quantize_gptq works on host arrays; hessian is"):
+            quantize_gptq(self.w, OnDevice())
 
     @pytest.mark.parametrize("damp", [-0.1, 1.5, float("nan"), True, "0.01"])
     def test_damp(self, damp):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import marlin_cupy as mc
-from marlin_cupy import ops
+from marlin_cupy import layers, ops
 from marlin_cupy.config import KernelConfig
 from marlin_cupy.weights import MarlinWeight
 
@@ -116,14 +116,28 @@ def test_a_hessian_quantizes_with_gptq(matmul_calls, monkeypatch, wrap):
     seen = []
     gptq = importlib.import_module("marlin_cupy.gptq")
     real = gptq.quantize_gptq
-    monkeypatch.setattr(gptq, "quantize_gptq",
-                        lambda w, hessian, **kw: seen.append(hessian.dtype) or real(w, hessian, **kw))
+    monkeypatch.setattr(gptq, "quantize_gptq", lambda w, hessian, **kw:
+                        seen.append(hessian.dtype) or real(w, hessian, **kw))
     mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), hessian=wrap(h))
     assert seen == [np.float64]
     assert mc.unpack(mc.MarlinLinear.from_float(w_nk.T, hessian=h).weight).equals(
         mc.quantize_gptq(w_nk.T, h))
-    with pytest.raises(ValueError, match="act_order=True is GPTQ's processing order"):
-        mc.MarlinLinear.from_float(w_nk.T, act_order=True)
+    for option in ("act_order", "static_groups"):
+        with pytest.raises(ValueError, match="act_order and static_groups are GPTQ's"):
+            mc.MarlinLinear.from_float(w_nk.T, **{option: True})
+    # GPTQ's other options reach it.
+    assert mc.unpack(mc.MarlinLinear.from_linear(
+        FakeLinear(w_nk), hessian=h, act_order=True, static_groups=True, damp=0.1).weight
+    ).equals(mc.quantize_gptq(w_nk.T, h, act_order=True, static_groups=True, damp=0.1))
+
+
+def test_a_cupy_hessian_comes_to_the_host():
+    class CupyLike:
+        __cuda_array_interface__ = {}
+
+        def get(self):
+            return np.eye(3)
+    assert np.array_equal(layers._host_array(CupyLike(), wide=True), np.eye(3))
 
 
 @pytest.mark.parametrize("linear,match", [
