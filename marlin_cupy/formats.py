@@ -25,9 +25,20 @@ bit-field ``j`` (bits ``[bits*j, bits*(j+1))``) of an int32 word holds the ``j``
 - ``qzeros`` int32 ``[G, N/8]`` packed the same way, storing the true zero (no minus one).
 - ``scales`` float16 ``[G, N]``. No act-order.
 
+**Marlin** (``checkpoint_format`` ``"marlin"``, or the older ``is_marlin_format: true``; the
+original Marlin's and AutoGPTQ's Marlin export): 4-bit, symmetric (zero point 8), no act-order.
+
+- ``B`` int32 ``[K/16, 2N]``: the codes in the Marlin tiled layout, which ``layout.pack``
+  writes bit for bit (``layout.py`` gives the format; shared/research/marlin_facts.md s.1.6).
+- ``s`` float16 ``[G, N]``: the scales, columns permuted as ``layout.pack`` permutes them.
+- A ``workspace`` tensor, if a checkpoint has one, is not read (the kernels keep their own).
+- A layer with one group (``G == 1``) is read as per channel (group size -1), its ``s`` with
+  the per-channel permutation, as ``layout.pack`` writes every one-group layer.
+
 **Checkpoints**: a folder with ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``) holding ``<layer>.qweight``, ``<layer>.qzeros``,
-``<layer>.scales`` (and ``<layer>.g_idx`` for GPTQ), plus ``quantize_config.json``. Loaders read
+``<layer>.scales`` (and ``<layer>.g_idx`` for GPTQ; ``<layer>.B`` and ``<layer>.s`` for
+Marlin), plus ``quantize_config.json``. Loaders read
 everything (or the layers named), validate everything, and only then return; the iterators
 (``iter_gptq_checkpoint``, ``iter_awq_checkpoint``) check the config and the files' headers at
 once and then read and check one layer at a time. Any problem is a ``ValueError`` that names
@@ -51,6 +62,11 @@ import numpy as np
 from .weights import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight, default_zero
 
 GPTQ_FORMATS = ("gptq", "gptq_v2")
+MARLIN_FORMAT = "marlin"
+# The group sizes the established Marlin checkpoint format has (the original kernel's and its
+# first readers'); save_gptq_checkpoint(..., "marlin") writes no other. Loading takes any group
+# size this project supports.
+MARLIN_GROUP_SIZES = (128, -1)
 
 # AWQ's nibble order within an int32: nibble p (LSB first) holds column 8c + AWQ_ORDER[p].
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -61,6 +77,7 @@ CONFIG_FILE = "quantize_config.json"
 
 _GPTQ_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
 _AWQ_TENSORS = ("qweight", "qzeros", "scales")
+_MARLIN_TENSORS = ("B", "s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,7 +453,14 @@ def save_gptq_checkpoint(path_dir, layers: dict, checkpoint_format: str = "gptq"
     ``<name>.g_idx`` for every layer, and ``quantize_config.json``. The config is global, so all
     layers must share bits, symmetry and group size. ``desc_act`` is true when any layer has an
     act-order ``g_idx``. Files are written to temporary names and renamed into place.
+
+    ``checkpoint_format``: ``"gptq"`` (zero minus one stored), ``"gptq_v2"`` (the true zero),
+    or ``"marlin"``: ``<name>.B`` and ``<name>.s`` in the Marlin layout (the module docstring),
+    which takes 4-bit symmetric layers without act-order, group size 128 or -1.
     """
+    if checkpoint_format == MARLIN_FORMAT:
+        _save_marlin_checkpoint(path_dir, layers)
+        return
     _check_checkpoint_format(checkpoint_format)
     bits, sym, group_size = _common_config(layers, "save_gptq_checkpoint")
     tensors = {}
@@ -457,6 +481,67 @@ def save_gptq_checkpoint(path_dir, layers: dict, checkpoint_format: str = "gptq"
     _write_checkpoint(path_dir, tensors, config)
 
 
+def _save_marlin_checkpoint(path_dir, layers: dict) -> None:
+    bits, sym, group_size = _common_config(layers, "save_gptq_checkpoint")
+    if group_size not in MARLIN_GROUP_SIZES:
+        raise ValueError(f"save_gptq_checkpoint: the Marlin checkpoint format has group sizes "
+                         f"{MARLIN_GROUP_SIZES}; these layers have group_size={group_size}. "
+                         "Save them as checkpoint_format 'gptq' (which this project also packs "
+                         "into the Marlin layout when it loads them).")
+    tensors = {}
+    for name, qw in layers.items():
+        for role, array in _for_layer(name, _to_marlin, qw).items():
+            tensors[f"{name}.{role}"] = array
+    config = {
+        "bits": int(bits),
+        "group_size": int(group_size),
+        "desc_act": False,
+        "sym": True,
+        "checkpoint_format": MARLIN_FORMAT,
+        "is_marlin_format": True,            # what readers older than checkpoint_format look for
+        "quant_method": "gptq",
+    }
+    _write_checkpoint(path_dir, tensors, config)
+
+
+def _to_marlin(qw: QuantizedWeight) -> dict:
+    """``{"B", "s"}`` of a 4-bit symmetric weight without act-order, in the Marlin layout."""
+    from . import layout
+    if not isinstance(qw, QuantizedWeight):
+        raise ValueError(f"the Marlin format needs a QuantizedWeight; got {type(qw).__name__}.")
+    problems = [why for bad, why in (
+        (qw.bits != 4, f"bits={qw.bits} (it stores 4-bit codes)"),
+        (not qw.sym, "zero points (it has none: symmetric, zero point 8)"),
+        (qw.g_idx is not None, "act-order (it has no g_idx)"),
+    ) if bad]
+    if problems:
+        raise ValueError(f"the Marlin checkpoint format cannot hold {'; '.join(problems)}. Save "
+                         "as checkpoint_format 'gptq' or 'gptq_v2' instead.")
+    mw = layout.pack(qw)
+    return {"B": mw.qweight, "s": mw.scales}
+
+
+def _from_marlin(b, s, group_size, names) -> QuantizedWeight:
+    """A Marlin-format layer's ``B`` and ``s`` -> ``QuantizedWeight`` (``layout.unpack``)."""
+    from . import layout
+    from .weights import MarlinWeight
+    scales = _scales(s, names["s"])
+    g, n = scales.shape
+    words = _words(b, names["B"])
+    rows = words.shape[0]
+    if rows == 0:
+        raise ValueError(f"{names['B']} has shape {list(words.shape)}; K must be at least 16.")
+    _check_shape(words, (rows, 2 * n), names["B"], "[K/16, 2N] (N: columns of s)")
+    if n % 64:
+        raise ValueError(f"N={n} (from {names['s']}) must be a multiple of 64, as every "
+                         "Marlin-layout weight is; the tensors are inconsistent.")
+    k = 16 * rows
+    group_size = _resolve_group_size(k, g, group_size, names["s"])
+    mw = MarlinWeight(qweight=words.view(np.int32), scales=scales, zeros=None, perm=None,
+                      bits=4, group_size=group_size, k=k, n=n)
+    return layout.unpack(mw)
+
+
 def load_gptq_checkpoint(path_dir, names=None) -> dict:
     """Read a GPTQ checkpoint folder into ``{layer name: QuantizedWeight}``.
 
@@ -464,9 +549,11 @@ def load_gptq_checkpoint(path_dir, names=None) -> dict:
     ``quantization_config``): ``bits`` (or ``w_bit``), ``group_size`` (or ``q_group_size``;
     inferred from shapes when absent), ``sym`` (default true, as in AutoGPTQ),
     ``checkpoint_format`` ``"gptq"`` or ``"gptq_v2"`` (default ``"gptq"``) and ``desc_act``
-    (when false, a non-default ``g_idx`` is an error). Marlin-format checkpoints are refused.
-    A layer is every ``<name>.qweight``; its other tensors must be present (``g_idx`` may be
-    absent unless ``desc_act`` is true). The tensors are read from the file the config's
+    (when false, a non-default ``g_idx`` is an error). A layer is every ``<name>.qweight``; its
+    other tensors must be present (``g_idx`` may be absent unless ``desc_act`` is true).
+    Marlin-format checkpoints (``checkpoint_format`` ``"marlin"`` or ``is_marlin_format``:
+    4-bit, symmetric) are read too: a layer is every ``<name>.B``, with its ``<name>.s``
+    (the module docstring); 2:4 sparse ones (``"marlin_24"``) are refused. The tensors are read from the file the config's
     ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say) or
     the shards of its ``.safetensors.index.json``, else ``model.safetensors`` or the shards of
     ``model.safetensors.index.json``, else (when the config names no file) the folder's only
@@ -493,11 +580,18 @@ def iter_gptq_checkpoint(path_dir, names=None):
     config_path, cfg = _read_config(path_dir)
     method = str(cfg.get("quant_method", "gptq")).lower()
     fmt = cfg.get("checkpoint_format", "gptq")
-    if cfg.get("is_marlin_format") or fmt in ("marlin", "marlin_24"):
-        raise ValueError(f"{config_path} describes a Marlin-format checkpoint (is_marlin_format="
-                         f"{cfg.get('is_marlin_format')!r}, checkpoint_format={fmt!r}); "
-                         "load_gptq_checkpoint reads GPTQ-format tensors (qweight/qzeros/scales/"
-                         "g_idx) only.")
+    legacy = cfg.get("is_marlin_format", None)
+    if legacy is not None and not isinstance(legacy, bool):
+        raise ValueError(f"{config_path}: is_marlin_format must be true or false; got {legacy!r}.")
+    if fmt == "marlin_24":
+        raise ValueError(f"{config_path} describes a 2:4 sparse Marlin checkpoint "
+                         "(checkpoint_format='marlin_24'); this project has no sparse kernel "
+                         "yet and does not read it.")
+    if legacy and fmt not in ("gptq", MARLIN_FORMAT):
+        raise ValueError(f"{config_path} says is_marlin_format=true but checkpoint_format="
+                         f"{fmt!r}; the config is inconsistent.")
+    if method == "gptq" and (legacy or fmt == MARLIN_FORMAT):
+        return _iter_marlin_checkpoint(path_dir, names, config_path, cfg)
     if method == "awq":
         raise ValueError(f"{config_path} has quant_method='awq'; use load_awq_checkpoint.")
     if method != "gptq":
@@ -532,6 +626,33 @@ def iter_gptq_checkpoint(path_dir, names=None):
                                  f"{config_path} says desc_act=false. The checkpoint is "
                                  "inconsistent.")
             yield name, qw
+    return layers()
+
+
+def _iter_marlin_checkpoint(path_dir, names, config_path, cfg):
+    """``iter_gptq_checkpoint`` for a Marlin-format folder (the config already read)."""
+    bits, group_size = _config_bits_group(cfg, config_path)
+    if bits != 4:
+        raise ValueError(f"{config_path} describes a Marlin-format checkpoint with bits={bits}; "
+                         "the Marlin format holds 4-bit codes.")
+    for key, bad, why in (("sym", False, "symmetric weights (zero point 8)"),
+                          ("desc_act", True, "no act-order (no g_idx)")):
+        value = cfg.get(key, None)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
+        if value is bad:
+            raise ValueError(f"{config_path} says {key}={str(value).lower()} for a "
+                             f"Marlin-format checkpoint, which holds {why}; the config is "
+                             "inconsistent.")
+    where = _index_tensors(path_dir, _MARLIN_TENSORS, base_name=cfg.get("model_file_base_name"),
+                           key_role="B")
+    chosen = _chosen_layers(where, names, path_dir)
+
+    def layers():
+        for name in chosen:
+            labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _MARLIN_TENSORS}
+            t = _read_layer(where, name, _MARLIN_TENSORS)
+            yield name, _from_marlin(t["B"], t["s"], group_size, labels)
     return layers()
 
 
@@ -767,12 +888,13 @@ def _shards(index: Path) -> list:
     return files
 
 
-def _index_tensors(path_dir, roles, optional=(), base_name=None) -> dict:
+def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweight") -> dict:
     """``{key: file}`` of every ``<layer>.<role>`` tensor, from the files' headers alone.
 
-    A layer is a prefix with a ``.qweight``; its non-optional roles must exist. Any other role
-    tensor without a ``.qweight`` beside it (bar ``.scales``, a common name outside quantized
-    layers) means the checkpoint is truncated or inconsistent. Dtypes are checked here too.
+    A layer is a prefix with a ``.<key_role>`` (``qweight``; ``B`` for the Marlin format); its
+    non-optional roles must exist. Any other role tensor without one beside it (bar
+    ``.scales``, a common name outside quantized layers) means the checkpoint is truncated or
+    inconsistent. Dtypes are checked here too.
     """
     folder = Path(path_dir)
     where = {}
@@ -790,20 +912,21 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None) -> dict:
                                      "tensors I32).")
                 where[key] = file
 
-    layers = {key[:-len(".qweight")] for key in where if key.endswith(".qweight")}
+    suffix = "." + key_role
+    layers = {key[:-len(suffix)] for key in where if key.endswith(suffix)}
     if not layers:
-        raise ValueError(f"no '<layer>.qweight' tensors in the safetensors files of {folder}.")
+        raise ValueError(f"no '<layer>{suffix}' tensors in the safetensors files of {folder}.")
     for key in where:
         prefix, role = key.rsplit(".", 1)
         if prefix not in layers and role != "scales":
-            raise ValueError(f"tensor {key} in {where[key]} has no {prefix}.qweight beside it; "
+            raise ValueError(f"tensor {key} in {where[key]} has no {prefix}{suffix} beside it; "
                              "the checkpoint is truncated or inconsistent.")
     for layer in sorted(layers):
         for role in roles:
             key = f"{layer}.{role}"
             if role not in optional and key not in where:
                 raise ValueError(f"tensor {key} is missing (layer {layer} has "
-                                 f"{layer}.qweight in {where[layer + '.qweight']}); the checkpoint "
+                                 f"{layer}{suffix} in {where[layer + suffix]}); the checkpoint "
                                  "is truncated or inconsistent.")
     return {k: f for k, f in where.items() if k.rsplit(".", 1)[0] in layers}
 

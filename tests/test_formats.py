@@ -645,8 +645,10 @@ class TestBrokenGptqCheckpoint:
         (dict(bits=3), "bits=3"),
         (dict(sym="yes"), "sym must be true or false"),
         (dict(checkpoint_format="gptq_v3"), "checkpoint_format='gptq_v3'"),
-        (dict(checkpoint_format="marlin"), "Marlin-format"),
-        (dict(is_marlin_format=True), "Marlin-format"),
+        (dict(checkpoint_format="marlin"), "sym=false for a Marlin-format checkpoint"),
+        (dict(is_marlin_format=True), "sym=false for a Marlin-format checkpoint"),
+        (dict(checkpoint_format="marlin", sym=True, desc_act=False),
+         r"no '<layer>\.B' tensors"),
         (dict(quant_method="awq"), "use load_awq_checkpoint"),
         (dict(quant_method="bitsandbytes"), "quant_method='bitsandbytes'"),
         (dict(bits=None), "how many bits"),
@@ -939,3 +941,152 @@ class TestLayerByLayer:
             next(layer_by_layer)
         with pytest.raises(ValueError, match=rf"{Q}\.scales"):
             load(folder)                              # the whole load: nothing returned
+
+
+# ---------------------------------------------------------------------------------------------
+# Marlin-format checkpoints
+# ---------------------------------------------------------------------------------------------
+
+def marlin_tensors_by_the_facts(q, scales, group_size):
+    """``B`` and ``s`` of the established Marlin format, written step by step from its
+    description (shared/research/marlin_facts.md s.1.6, "Offline weight layout"), not from
+    ``layout.py``: 16x16 tiles laid along N per 16-row strip; in every run of 1024 entries,
+    lane ``i`` takes, for each of the 4 tiles (+256) and each n8 half (+8 columns), rows 2(i%4),
+    2(i%4)+1, 2(i%4+4), 2(i%4+4)+1 of column i//4; each 8 interleaved as [0,2,4,6,1,3,5,7];
+    packed LSB first. Scales: grouped ``i + 8j`` per 64 columns, per channel
+    ``2i + (0,1,8,9,16,17,24,25)`` per 32."""
+    k, n = q.shape
+    strips = q.reshape(k // 16, 16, n // 16, 16).transpose(0, 2, 1, 3).reshape(k // 16, 16 * n)
+    perm = []
+    for lane in range(32):
+        t, col = lane % 4, lane // 4
+        pattern = [16 * row + col + 8 * half for half in (0, 1)
+                   for row in (2 * t, 2 * t + 1, 2 * (t + 4), 2 * (t + 4) + 1)]
+        for tile in range(4):
+            perm += [p + 256 * tile for p in pattern]
+    entries = strips.reshape(-1, 1024)[:, perm].reshape(-1, 8)[:, [0, 2, 4, 6, 1, 3, 5, 7]]
+    words = np.zeros(entries.shape[0], dtype=np.uint32)
+    for i in range(8):
+        words |= entries[:, i].astype(np.uint32) << np.uint32(4 * i)
+    b = words.reshape(k // 16, 2 * n).view(np.int32)
+    if group_size == -1:
+        s_perm = [2 * i + j for i in range(4) for j in (0, 1, 8, 9, 16, 17, 24, 25)]
+    else:
+        s_perm = [i + 8 * j for i in range(8) for j in range(8)]
+    s = scales.reshape(-1, len(s_perm))[:, s_perm].reshape(scales.shape)
+    # Contiguous: fancy indexing may return another memory order, and safetensors' save_file
+    # writes an array's buffer as it lies.
+    return np.ascontiguousarray(b), np.ascontiguousarray(s)
+
+
+def marlin_layers(group_size=128, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (k, n) in {"model.layers.0.mlp.up_proj": (256, 128),
+                         "model.layers.0.self_attn.q_proj": (512, 64)}.items():
+        g = 1 if group_size == -1 else k // group_size
+        out[name] = QuantizedWeight(rng.integers(0, 16, (k, n), dtype=np.uint8),
+                                    rng.uniform(0.01, 1, (g, n)).astype(np.float16), None, None,
+                                    4, group_size)
+    return out
+
+
+def write_marlin_by_the_facts(folder, layers, group_size, **config):
+    tensors = {}
+    for name, qw in layers.items():
+        tensors[f"{name}.B"], tensors[f"{name}.s"] = marlin_tensors_by_the_facts(
+            qw.q, qw.scales, group_size)
+    save_file(tensors, str(folder / "model.safetensors"))
+    cfg = {"bits": 4, "group_size": group_size, "desc_act": False, "sym": True,
+           "quant_method": "gptq", **config}
+    (folder / "quantize_config.json").write_text(json.dumps(cfg))
+
+
+class TestMarlinCheckpoint:
+    @pytest.mark.parametrize("group_size", [128, -1])
+    @pytest.mark.parametrize("flag", [dict(checkpoint_format="marlin"),
+                                      dict(is_marlin_format=True),
+                                      dict(checkpoint_format="marlin", is_marlin_format=True)],
+                             ids=["checkpoint_format", "is_marlin_format", "both"])
+    def test_a_checkpoint_written_from_the_format_description_loads(self, tmp_path, group_size,
+                                                                    flag):
+        layers = marlin_layers(group_size)
+        write_marlin_by_the_facts(tmp_path, layers, group_size, **flag)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    @pytest.mark.parametrize("group_size", [128, -1])
+    def test_save_writes_the_format_and_loads_back(self, tmp_path, group_size):
+        layers = marlin_layers(group_size, seed=1)
+        save_gptq_checkpoint(tmp_path, layers, checkpoint_format="marlin")
+        from safetensors.numpy import load_file
+        saved = load_file(str(tmp_path / "model.safetensors"))
+        assert set(saved) == {f"{name}.{r}" for name in layers for r in ("B", "s")}
+        for name, qw in layers.items():
+            b, s = marlin_tensors_by_the_facts(qw.q, qw.scales, group_size)
+            assert np.array_equal(saved[f"{name}.B"], b)
+            assert np.array_equal(saved[f"{name}.s"].view(np.uint16), s.view(np.uint16))
+        cfg = json.loads((tmp_path / "quantize_config.json").read_text())
+        assert cfg["checkpoint_format"] == "marlin" and cfg["is_marlin_format"] is True
+        assert (cfg["bits"], cfg["group_size"], cfg["sym"], cfg["desc_act"]) == (
+            4, group_size, True, False)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    def test_group_size_inferred_and_names_and_iteration(self, tmp_path):
+        layers = marlin_layers(128)
+        write_marlin_by_the_facts(tmp_path, layers, 128, checkpoint_format="marlin")
+        edit_config(tmp_path, group_size=None)
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+        assert [name for name, _ in iter_gptq_checkpoint(tmp_path)] == sorted(layers)
+        only = load_gptq_checkpoint(tmp_path, names=[FIRST])
+        assert list(only) == [FIRST] and only[FIRST].equals(layers[FIRST])
+
+    def test_a_workspace_tensor_is_not_read(self, tmp_path):
+        layers = marlin_layers(128)
+        write_marlin_by_the_facts(tmp_path, layers, 128, checkpoint_format="marlin")
+        rewrite(tmp_path, replace={f"{FIRST}.workspace": np.zeros(32, np.int32)})
+        assert_same_layers(load_gptq_checkpoint(tmp_path), layers)
+
+    @pytest.mark.parametrize("change,match", [
+        (dict(bits=8), "Marlin-format checkpoint with bits=8"),
+        (dict(sym=False), "sym=false for a Marlin-format checkpoint"),
+        (dict(desc_act=True), "desc_act=true for a Marlin-format checkpoint"),
+        (dict(is_marlin_format="yes"), "is_marlin_format must be true or false"),
+        (dict(is_marlin_format=True, checkpoint_format="gptq_v2"),
+         "is_marlin_format=true but checkpoint_format='gptq_v2'"),
+        (dict(checkpoint_format="marlin_24"), "2:4 sparse Marlin checkpoint"),
+        (dict(group_size=64), r"group_size=64 does not split K=256 into the G=2 groups"),
+    ])
+    def test_inconsistent_config(self, tmp_path, change, match):
+        write_marlin_by_the_facts(tmp_path, marlin_layers(128), 128, checkpoint_format="marlin")
+        edit_config(tmp_path, **change)
+        with pytest.raises(ValueError, match=match):
+            load_gptq_checkpoint(tmp_path)
+
+    @pytest.mark.parametrize("drop,replace,match", [
+        ([f"{FIRST}.s"], None, rf"{FIRST}\.s is missing"),
+        ([f"{FIRST}.B"], None, rf"{FIRST}\.s .* has no {FIRST}\.B beside it"),
+        ([], {f"{FIRST}.B": np.zeros((16, 200), np.int32)}, rf"{FIRST}\.B .*must have shape "
+                                                            r"\[K/16, 2N\]"),
+        ([], {f"{FIRST}.B": np.zeros((16, 256), np.float32)}, rf"{FIRST}\.B .*must be int32"),
+        ([], {f"{FIRST}.B": np.zeros((16, 192), np.int32),
+              f"{FIRST}.s": np.ones((2, 96), np.float16)}, r"N=96 .*multiple of 64"),
+    ])
+    def test_broken_tensors(self, tmp_path, drop, replace, match):
+        write_marlin_by_the_facts(tmp_path, marlin_layers(128), 128, checkpoint_format="marlin")
+        rewrite(tmp_path, drop=drop, replace=replace)
+        with pytest.raises(ValueError, match=match):
+            load_gptq_checkpoint(tmp_path)
+
+    @pytest.mark.parametrize("layers,match", [
+        (layers_for(bits=4, sym=False, group_size=128), "cannot hold zero points"),
+        (layers_for(bits=8, sym=True, group_size=128), "cannot hold bits=8"),
+        ({"a": QuantizedWeight(np.zeros((256, 64), np.uint8), np.ones((2, 64), np.float16), None,
+                               (np.arange(256) % 2).astype(np.int32), 4, 128)},
+         "cannot hold act-order"),
+        ({"a": marlin_layers(64)[FIRST]}, r"group sizes \(128, -1\); these layers have "
+                                          r"group_size=64"),
+    ])
+    def test_save_refuses_what_the_format_cannot_hold(self, tmp_path, layers, match):
+        with pytest.raises(ValueError, match=match):
+            save_gptq_checkpoint(tmp_path, layers, checkpoint_format="marlin")
+        assert not (tmp_path / "model.safetensors").exists()
