@@ -23,7 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+# One include line, no more: \s would also take the newlines around it, and every "#line" after
+# an include would then be a line early (NVRTC's and compute-sanitizer's line numbers).
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
 
 # Options shared by every kernel build. Line info costs nothing at run time and lets
 # compute-sanitizer name source lines. CuPy adds -arch itself; adding one here would fail.

@@ -1,6 +1,7 @@
 """Kernel source for one configuration: the templated body plus a plain extern "C" entry."""
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from functools import lru_cache
@@ -84,15 +85,28 @@ def describe_defines() -> str:
     return ",".join(f"{k}={v}" for k, v in switches.items()) or "none (shipped build)"
 
 
+@lru_cache(maxsize=None)
+def source_macros() -> frozenset:
+    """Every ``MARLIN_*`` name the kernel source mentions: the switches a build may set."""
+    return frozenset(re.findall(r"\bMARLIN_[A-Z0-9_]+\b", _base_source()))
+
+
 def parse_defines(raw: str, what: str) -> dict:
     """``"NAME=INT,NAME=INT"`` as ``{NAME: value}`` (empty items skipped); ``what`` names the
-    source in the error for a malformed item."""
+    source in the error for a malformed item, or for a name the kernel source never mentions
+    (a misspelt switch would build, and be reported as, the experiment while the shipped
+    build ran)."""
     out = {}
     for item in filter(None, (v.strip() for v in raw.split(","))):
         m = _DEFINE.match(item)
         if not m:
             raise ValueError(f"{what}: {item!r} is not NAME=INTEGER "
                              f"(upper-case macro name, integer value)")
+        if m.group(1) not in source_macros():
+            close = difflib.get_close_matches(m.group(1), sorted(source_macros()), n=3)
+            raise ValueError(f"{what}: {m.group(1)} is not a switch of the kernel source "
+                             f"(cuda/{KERNEL_FILE} and its headers never mention it)"
+                             f"{f'; similar: {close}' if close else ''}.")
         out[m.group(1)] = int(m.group(2))
     return out
 
@@ -130,6 +144,7 @@ def marlin_source(cfg: KernelConfig, has_zp: bool = False, check: bool = True,
 def reload_sources():
     """Forget cached source text (after editing cuda/ in a running notebook)."""
     _base_source.cache_clear()
+    source_macros.cache_clear()
 
 
 def warm_instantiated(workers: int = 8, configs=None) -> int:

@@ -34,7 +34,12 @@ class MarlinLinear:
         self.bias = None
         if bias is not None:
             import cupy as cp
-            b = cp.asarray(bias)
+            device = self.weight.qweight.data.device_id
+            if isinstance(bias, cp.ndarray) and bias.data.device_id != device:
+                raise ValueError(f"bias lives on GPU {bias.data.device_id} but the weight on GPU "
+                                 f"{device}; pass it on the weight's GPU, or as a host array.")
+            with cp.cuda.Device(device):                 # host biases go to the weight's GPU
+                b = cp.asarray(bias)
             if b.shape != (weight.n,):
                 raise ValueError(f"bias must have shape [N] = [{weight.n}]; got {tuple(b.shape)}.")
             if b.dtype != cp.float16:
@@ -107,13 +112,20 @@ class MarlinLinear:
         """``x @ W (+ bias)``; the bias is added on the stream the matmul ran on (``stream``,
         else torch's current one for torch tensors, else CuPy's), so it is ordered after the
         kernel and is captured with it into a CUDA graph."""
+        import contextlib
+
+        from . import graphs
         from .ops import _as_cupy, launch_stream_for, matmul
         # The caller's stream as given: with None, matmul picks the same stream itself, and
         # torch calls take its fast path (which an explicit stream= excludes for torch).
         y = matmul(x, self.weight, out=out, config=self.config, stream=stream, pdl=self.pdl)
         if self.bias is not None:
             import cupy as cp
-            with launch_stream_for(x, stream):
+            launch_stream = launch_stream_for(x, stream)
+            # Under a capture in torch's default (global) mode, loading the add's kernel the
+            # first time is forbidden unless this thread relaxes its mode, as matmul does.
+            with (graphs.relaxed_capture_mode() if graphs.is_capturing(launch_stream)
+                  else contextlib.nullcontext()), launch_stream:
                 y_cp = _as_cupy(y, "y")
                 cp.add(y_cp, self.bias, out=y_cp)
         return y

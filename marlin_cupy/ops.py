@@ -129,6 +129,19 @@ class Workspace:
 #: (device, stream handle) -> the ``_workspaces`` key of that stream's latest capture.
 _last_capture: dict = {}
 
+#: ``cudaStreamPerThread``: one handle that names a different stream in every thread (CuPy's
+#: ``Stream.ptds``, or CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1).
+PER_THREAD_STREAM = 2
+
+
+def _stream_key(ptr: int, thread: int | None = None):
+    """What identifies a stream's workspace: its handle, and for the per-thread default stream
+    the thread as well (launches of two threads there run concurrently, and must not share
+    locks)."""
+    if ptr == PER_THREAD_STREAM:
+        return (ptr, threading.get_ident() if thread is None else thread)
+    return ptr
+
 
 def workspace(stream=None, captured: bool | None = None) -> Workspace:
     """The workspace of ``stream`` (default: CuPy's current stream) on the current device.
@@ -145,13 +158,14 @@ def workspace(stream=None, captured: bool | None = None) -> Workspace:
         capture = graphs.capture_id(stream)
         captured = capture is not None if captured is None else True
     device = cp.cuda.Device().id
+    sid = _stream_key(stream.ptr)
     with _lock:
         if not captured:
-            key = (device, stream.ptr, False)
+            key = (device, sid, False)
         elif capture is not None:
-            key = _last_capture[(device, stream.ptr)] = (device, stream.ptr, ("capture", capture))
+            key = _last_capture[(device, sid)] = (device, sid, ("capture", capture))
         else:
-            key = _last_capture.get((device, stream.ptr))
+            key = _last_capture.get((device, sid))
             if key is None:
                 raise ValueError(f"stream {stream.ptr:#x} on device {device} has captured no "
                                  f"graph with matmul (or its capture workspaces were released); "
@@ -168,9 +182,10 @@ def release_workspaces(stream=None, captures: bool = False) -> int:
     to the device): ``stream``'s (a ``cupy.cuda.Stream``) on the current device, or, with
     ``stream=None``, every stream's on every device. Returns how many were dropped.
 
-    Workspaces are otherwise kept for the life of the process, keyed by the stream's handle:
-    call this before destroying a stream you launched on, since CUDA may give a later stream
-    the same handle (it would inherit the workspace). The stream (or, with ``stream=None``,
+    Workspaces are otherwise kept for the life of the process, keyed by the stream's handle
+    (and, on the per-thread default stream, by the thread: ``stream`` then drops the calling
+    thread's): call this before destroying a stream you launched on, since CUDA may give a
+    later stream the same handle (it would inherit the workspace). The stream (or, with ``stream=None``,
     every device that has workspaces) is synchronized first, so no launch still uses the
     buffers; the next call on the stream allocates new ones. Graph captures' workspaces are
     kept unless ``captures``: graphs replay with the buffers they were captured with, so pass
@@ -179,15 +194,18 @@ def release_workspaces(stream=None, captures: bool = False) -> int:
     if stream is not None:
         _check_stream(stream)
         stream.synchronize()
-        device = cp.cuda.Device().id
-        match = lambda dev, ptr: dev == device and ptr == stream.ptr     # noqa: E731
+        device = getattr(stream, "device_id", None)
+        if not isinstance(device, int) or device < 0:      # (external streams may not know)
+            device = cp.cuda.Device().id
+        sid = _stream_key(stream.ptr)
+        match = lambda dev, key: dev == device and key == sid            # noqa: E731
     else:
         with _lock:
             devices = sorted({dev for dev, _, _ in _workspaces})
         for dev in devices:
             with cp.cuda.Device(dev):
                 cp.cuda.runtime.deviceSynchronize()
-        match = lambda dev, ptr: True                                     # noqa: E731
+        match = lambda dev, key: True                                     # noqa: E731
     with _lock:
         keys = [key for key in _workspaces
                 if match(key[0], key[1]) and (captures or key[2] is False)]
@@ -397,6 +415,22 @@ def plan(m: int, n: int, k: int, group_size: int, has_zp: bool = False,
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
+def _is_torch(x) -> bool:
+    """Whether ``x`` is a torch tensor (subclasses included; no import of torch: a tensor can
+    only exist once torch is imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _check_no_grad(a, name: str):
+    """A torch tensor that requires grad is refused: matmul has no backward, so its output
+    would silently cut the graph (and DLPack refuses such tensors anyway)."""
+    if getattr(a, "requires_grad", False) and _is_torch(a):
+        raise ValueError(f"{name} requires grad, and matmul has no backward (it is for "
+                         f"inference): call it under torch.no_grad() or torch.inference_mode(), "
+                         f"or pass {name}.detach().")
+
+
 def _as_cupy(x, name: str):
     """A CuPy view of ``x`` (CuPy, DLPack or CUDA array interface; zero-copy), or ValueError."""
     cp = _cupy()
@@ -461,14 +495,19 @@ def _scale_fma_option(scale_fma):
                      f"({type(scale_fma).__name__}).")
 
 
-def _check_disjoint(x, out):
-    """``out`` must not share memory with ``x``: CTAs write their tiles of ``out`` while
-    others still read ``x``."""
-    x_lo, out_lo = x.data.ptr, out.data.ptr
-    if x.nbytes and out.nbytes and x_lo < out_lo + out.nbytes and out_lo < x_lo + x.nbytes:
-        raise ValueError(f"out overlaps x (x: {x.nbytes} bytes at {x_lo:#x}, out: "
-                         f"{out.nbytes} bytes at {out_lo:#x}): the kernel writes out while it "
-                         f"still reads x. Pass a separate out (or out=None).")
+def _check_disjoint(x, out, mw=None):
+    """``out`` must not share memory with ``x`` or the weight's arrays: CTAs write their tiles
+    of ``out`` while others still read them."""
+    out_lo = out.data.ptr
+    read = [("x", x)] + ([] if mw is None else [
+        (f"the weight's {name}", getattr(mw, name)) for name in ("qweight", "scales", "zeros")
+        if getattr(mw, name) is not None])
+    for what, a in read:
+        lo = a.data.ptr
+        if a.nbytes and out.nbytes and lo < out_lo + out.nbytes and out_lo < lo + a.nbytes:
+            raise ValueError(f"out overlaps {what} ({what}: {a.nbytes} bytes at {lo:#x}, out: "
+                             f"{out.nbytes} bytes at {out_lo:#x}): the kernel writes out while "
+                             f"it still reads {what}. Pass a separate out (or out=None).")
 
 
 def _check_fp16_array(a, name: str, shape):
@@ -491,6 +530,19 @@ def _check_fp16_array(a, name: str, shape):
     if a.device.id != cp.cuda.Device().id:
         raise ValueError(f"{name} lives on GPU {a.device.id} but the current device is "
                          f"{cp.cuda.Device().id}; call inside `with cupy.cuda.Device(...)`.")
+
+
+def _check_options(config, max_ctas):
+    """``config`` and ``max_ctas`` as the plan takes them, checked on every call (also one
+    with nothing to compute, which plans nothing)."""
+    if config is not None and not isinstance(config, KernelConfig):
+        raise ValueError(f"config must be a KernelConfig (KernelConfig.from_name('...')) or "
+                         f"None; got {type(config).__name__}.")
+    if max_ctas is not None:
+        if isinstance(max_ctas, (bool, np.bool_)) or not isinstance(max_ctas, (int, np.integer)):
+            raise ValueError(f"max_ctas must be an integer or None; got {max_ctas!r}.")
+        if max_ctas < 1:
+            raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
 
 
 def check_problem(cfg: KernelConfig, m: int, n: int, k: int, group_size: int, has_zp: bool,
@@ -768,7 +820,9 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
     for the fast path where the call allows one."""
     cp = _cupy()
     out_arg = out                     # the caller's (``out`` is the output from here on)
-    is_torch = type(x).__module__.startswith("torch")
+    is_torch = _is_torch(x)
+    _check_no_grad(x, "x")
+    _check_no_grad(out, "out")
     if not isinstance(mw, MarlinWeight):
         raise ValueError(f"mw must be a MarlinWeight (from mc.pack); got {type(mw).__name__}.")
     if stream is not None:
@@ -820,7 +874,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
         if out is not None:
             out_cp = _as_cupy(out, "out")
             _check_fp16_array(out_cp, "out", lead + (n,))
-            _check_disjoint(x2, out_cp)
+            _check_disjoint(x2, out_cp, mw)
         else:
             out_cp = cp.empty(lead + (n,), dtype=cp.float16)
         has_zp = mw.zeros is not None
@@ -830,6 +884,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
                              "the unpacking (it needs symmetric weights whose scales all lie "
                              "below 2^-4 in magnitude; mw.fma_scales is False)")
         fma_scales = fma_scales and scale_fma is not False
+        _check_options(config, max_ctas)
         if m == 0 or n == 0:
             return out if out is not None else out_cp          # nothing to compute
         if k == 0:
@@ -838,6 +893,8 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             cp.cuda.runtime.memsetAsync(out_cp.data.ptr, 0, out_cp.nbytes, launch_stream.ptr)
             return out if out is not None else out_cp
         group_size = mw.group_size
+        # The plans' generation before planning: a reload between the two retires this launch.
+        generation = _plan.generation
         plan = _plan(cp.cuda.Device().id, m, n, k, group_size, has_zp, config, max_ctas,
                      bool(pdl), fma_scales)
         ws = workspace(launch_stream, captured=capturing)
@@ -870,7 +927,7 @@ def _matmul_checked(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
                 _prepare(_fast_key(kind, cp.cuda.Device().id, launch_stream.ptr, mw, x, out_arg,
                                    pdl, config, max_ctas, scale_fma),
                          mw, arrays, plan, ws, locks, scratch, args, launch_stream.ptr,
-                         lead + (n,), bool(pdl))
+                         lead + (n,), bool(pdl), generation)
     return out if out is not None else out_cp
 
 
@@ -902,7 +959,7 @@ class _Launch:
     arguments as ctypes holders in ``launch`` (``x_arg`` and ``out_arg`` rewritten per call), and
     what must still hold for it to apply."""
     __slots__ = ("weight", "arrays", "ws", "locks", "scratch", "gen", "out_shape", "x_bytes",
-                 "out_bytes", "launch", "pdl", "x_arg", "out_arg")
+                 "out_bytes", "launch", "pdl", "x_arg", "out_arg", "kernel", "weight_ranges")
 
 
 def _address(a):
@@ -954,12 +1011,14 @@ def _torch_stream_ptr(torch) -> int:
 
 
 def _prepare(key, mw, arrays, plan, ws, locks, scratch, args, stream_ptr: int,
-             out_shape: tuple, pdl: bool):
+             out_shape: tuple, pdl: bool, generation: int):
     """Remember the launch ``_matmul_checked`` just made of ``mw`` (whose arrays it launched
     with are ``arrays``, ``_arrays_of``'s form) with ``ws``'s buffers ``locks`` and ``scratch``
     (those it got, which another thread may have replaced since), for the fast path:
     ``pdl=True`` launches are sent as prepared (``cuLaunchKernelEx``), the others through
-    ``cuLaunchKernel`` with the same parameter array."""
+    ``cuLaunchKernel`` with the same parameter array. ``generation``: the plans' generation
+    read before the plan was made (a reload after it retires the launch), and the kernel is
+    held, so that its module stays loaded while the launch may be sent."""
     cache = getattr(_tls, "launches", None)
     if cache is None or len(cache) >= _FAST_MAX:
         cache = _tls.launches = {}
@@ -973,7 +1032,10 @@ def _prepare(key, mw, arrays, plan, ws, locks, scratch, args, stream_ptr: int,
     rec.weight = weakref.ref(mw)
     rec.arrays = arrays
     rec.ws, rec.locks, rec.scratch = ws, locks, scratch
-    rec.gen = _plan.generation
+    rec.gen = generation
+    rec.kernel = plan.kernel
+    rec.weight_ranges = tuple((a[0], a[0] + int(np.prod(a[1])) * np.dtype(a[2]).itemsize)
+                              for a in arrays[:3] if a is not None)
     rec.out_shape = out_shape
     m, n, k = (int(v) for v in args[7:10])
     rec.x_bytes, rec.out_bytes = 2 * m * k, 2 * m * n       # fp16 x [m, K] and out [m, N]
@@ -1032,21 +1094,25 @@ def _fast_matmul(x, mw, out, config, stream, max_ctas, pdl, scale_fma):
             y = out
         y_ptr = y.data.ptr
     else:
-        if x.dtype is not torch.float16 or x.get_device() != device or not x.is_contiguous():
+        if (x.dtype is not torch.float16 or x.get_device() != device or not x.is_contiguous()
+                or x.requires_grad):
             return _MISS
         x_ptr = x.data_ptr()
         if out is None:
             y = torch.empty(rec.out_shape, dtype=torch.float16, device=x.device)
         else:
             if (out.dtype is not torch.float16 or out.get_device() != device
-                    or tuple(out.shape) != rec.out_shape or not out.is_contiguous()):
+                    or tuple(out.shape) != rec.out_shape or not out.is_contiguous()
+                    or out.requires_grad):
                 return _MISS
             y = out
         y_ptr = y.data_ptr()
     if x_ptr % 16 or y_ptr % 16:
         return _MISS
-    if out is not None and x_ptr < y_ptr + rec.out_bytes and y_ptr < x_ptr + rec.x_bytes:
-        return _MISS                  # out overlaps x (_check_disjoint's error: checked path)
+    if out is not None and (x_ptr < y_ptr + rec.out_bytes and y_ptr < x_ptr + rec.x_bytes
+                            or any(lo < y_ptr + rec.out_bytes and y_ptr < hi
+                                   for lo, hi in rec.weight_ranges)):
+        return _MISS                  # out overlaps x or the weight (_check_disjoint's error)
     rec.x_arg.value = x_ptr
     rec.out_arg.value = y_ptr
     _send(rec)
@@ -1072,7 +1138,7 @@ def launch_stream_for(x, stream=None):
     cp = _cupy()
     if stream is not None:
         return stream
-    if type(x).__module__.startswith("torch"):
+    if _is_torch(x):
         import torch
         return cupy_stream_of(torch.cuda.current_stream(), cp)
     return cp.cuda.get_current_stream()

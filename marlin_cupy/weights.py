@@ -309,6 +309,17 @@ class MarlinWeight:
             if not host and not a.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous on the device (the kernel reads "
                                  "it as raw memory); pass cupy.ascontiguousarray(...).")
+            if not host:
+                # The kernel reads qweight, scales and zeros as 16-byte vectors, all on one GPU.
+                device, home = a.data.device_id, self.qweight.data.device_id
+                if device != home:
+                    raise ValueError(f"{name} lives on GPU {device} but qweight on GPU {home}; "
+                                     "all arrays of a MarlinWeight must be on one device.")
+                if name != "perm" and a.data.ptr % 16:
+                    raise ValueError(f"{name} must start on a 16-byte boundary (the kernel "
+                                     f"reads it as 16-byte vectors); its address is "
+                                     f"{a.data.ptr:#x}. Copy it into a fresh array "
+                                     "(cupy.ascontiguousarray(a.copy())).")
         if self.perm is not None and k:
             perm = np.asarray(self.perm if host else self.perm.get())       # [K]
             lo, hi = int(perm.min()), int(perm.max())

@@ -118,3 +118,21 @@ def test_threads_compiling_one_kernel_write_the_cubin_each_through_its_own_file(
     assert compiled == ["sm_90a"] * 2         # both missed the cache
     assert len(set(paths)) == 1 and paths[0].read_bytes() == b"\x7fELF cubin for sm_90a"
     assert sorted(f.name for f in paths[0].parent.iterdir()) == [paths[0].name]
+
+
+def test_line_directives_name_the_lines_of_the_expanded_source():
+    """Every line of the expanded kernel source is, by the ``#line`` directives before it, the
+    line of the file it came from: NVRTC errors and compute-sanitizer reports point at the
+    right line (the include pattern once took the newline after an include, and every line
+    after it was reported one early)."""
+    import re
+    files, current, line = {}, "marlin.cu", 1
+    for text in jit.expand_source("marlin.cu").split("\n"):
+        directive = re.match(r'#line (\d+) "([^"]+)"$', text)
+        if directive:
+            line, current = int(directive.group(1)), directive.group(2)
+            continue
+        lines = files.setdefault(current, (jit.cuda_dir() / current).read_text().split("\n"))
+        assert lines[line - 1] == text, (current, line, text)
+        line += 1
+    assert set(files) >= {"marlin.cu", "marlin.cuh", "common.cuh"}

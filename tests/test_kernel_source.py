@@ -38,6 +38,22 @@ def test_malformed_defines_are_refused(monkeypatch, bad):
         kernels.marlin_source(CFG)
 
 
+@pytest.mark.parametrize("spec,close", [("MARLIN_PROBEE=4", "MARLIN_PROBE"),
+                                        ("MARLIN_WG_DEPHT=2", "MARLIN_WG_DEPTH"),
+                                        ("NOT_A_SWITCH=1", None)])
+def test_a_switch_the_source_never_mentions_is_refused(monkeypatch, spec, close):
+    """A misspelt switch built the shipped kernel while every log called it the experiment
+    (``describe_defines``)."""
+    monkeypatch.setenv("MARLIN_CUPY_DEFINES", spec)
+    name = spec.split("=")[0]
+    with pytest.raises(ValueError, match=rf"MARLIN_CUPY_DEFINES: {name} is not a switch of the "
+                                         rf"kernel source" + (f".*{close}" if close else "")):
+        kernels.describe_defines()
+    # Switches without an #ifndef default (read by #if, 0 when undefined) are switches too.
+    for known in ("MARLIN_STAMPS", "MARLIN_NO_MATH", "MARLIN_PROBE"):
+        assert kernels.parse_defines(f"{known}=1", "x") == {known: 1}
+
+
 def test_template_args_trail_only_up_to_the_last_non_default():
     """PAR_REDUCE, WARP_N and MIN_BLOCKS have defaults in cuda/marlin.cuh; they are written only
     up to the last that differs, so an instance that uses none keeps its source text."""

@@ -73,6 +73,7 @@ def checked(monkeypatch):
     def plan(*args):
         record.planned.append(args)
         raise Planned(args)
+    plan.generation = 0                 # as _PlanCache has
 
     shim = types.SimpleNamespace(
         ndarray=cp.ndarray, float16=cp.float16,
@@ -112,6 +113,30 @@ def test_out_overlapping_x_is_refused(checked, shift):
     out = _device_array(0x4000000 - shift, (M, K), np.float16)
     with pytest.raises(ValueError, match="out overlaps x"):
         _checked(x, mw, out)
+    assert checked.planned == []
+
+
+@pytest.mark.parametrize("where", ["qweight", "scales"])
+def test_out_overlapping_the_weight_is_refused(checked, where):
+    mw = _weight()
+    x = _device_array(0x4000000, (M, K), np.float16)
+    out = _device_array(getattr(mw, where).data.ptr + 16, (M, N), np.float16)
+    with pytest.raises(ValueError, match=f"out overlaps the weight's {where}"):
+        _checked(x, mw, out=out)
+    assert checked.planned == []
+
+
+@pytest.mark.parametrize("m", [0, M])
+@pytest.mark.parametrize("option,match", [
+    (dict(config="t256_m1_n16_k8_s6_g8"), "config must be a KernelConfig"),
+    (dict(max_ctas=-5), "max_ctas=-5 must be at least 1"),
+    (dict(max_ctas=2.0), "max_ctas must be an integer or None"),
+    (dict(max_ctas=True), "max_ctas must be an integer or None"),
+])
+def test_options_are_checked_also_when_there_is_nothing_to_compute(checked, m, option, match):
+    x = _device_array(0x4000000, (m, K), np.float16)
+    with pytest.raises(ValueError, match=match):
+        ops.matmul(x, _weight(), **option)
     assert checked.planned == []
 
 
@@ -217,7 +242,8 @@ def fast(monkeypatch):
         arrays = (ops._address(mw.qweight), ops._address(mw.scales), None, None,
                   mw.group_size)
         ops._prepare(ops._fast_key(0, 0, stream.ptr, mw, x, out, False, None, None, None),
-                     mw, arrays, plan, ws, locks, scratch, args, stream.ptr, (m, mw.n), False)
+                     mw, arrays, plan, ws, locks, scratch, args, stream.ptr, (m, mw.n), False,
+                     ops._plan.generation)
 
     def call(x, mw, out, call_stream=stream, scale_fma=None):
         return ops._fast_matmul(x, mw, out, None, call_stream, None, False, scale_fma)
@@ -277,6 +303,42 @@ def test_the_fast_path_leaves_out_overlapping_x_to_the_checked_path(fast, shift)
                  _device_array(0x5000000, (M, K), np.float16))
     x = _device_array(0x6000000, (M, K), np.float16)
     out = _device_array(0x6000000 - shift, (M, K), np.float16)
+    assert fast.call(x, mw, out) is ops._MISS
+    assert fast.sent == []
+
+
+@pytest.mark.parametrize("where", ["qweight", "scales"])
+def test_the_fast_path_leaves_out_overlapping_the_weight_to_the_checked_path(fast, where):
+    mw = _weight()
+    x = _device_array(0x4000000, (M, K), np.float16)
+    fast.prepare(mw, x, _device_array(0x5000000, (M, N), np.float16))
+    out = _device_array(getattr(mw, where).data.ptr, (M, N), np.float16)
+    assert fast.call(x, mw, out) is ops._MISS
+    assert fast.sent == []
+
+
+def test_a_launch_prepared_before_a_reload_is_not_sent_and_holds_its_kernel(fast):
+    """The generation is the one read before the plan was made: a reload between the plan and
+    ``_prepare`` (another thread's) retires the launch; and the launch keeps its kernel (and so
+    its module) alive while it may be sent."""
+    mw = _weight()
+    x, out = (_device_array(0x4000000, (M, K), np.float16),
+              _device_array(0x5000000, (M, N), np.float16))
+    before = ops._plan.generation
+    ops._plan.cache_clear()                         # a reload after the plan, before _prepare
+    m, k = x.shape
+    ws = ops.Workspace()
+    ws.locks = _device_array(0x9000000, (132,), np.int32)
+    ws.scratch = _device_array(0xA000000, (4096,), np.float32)
+    args = (x, mw.qweight, mw.scales, mw.scales, out, ws.scratch, ws.locks, np.int32(m),
+            np.int32(N), np.int32(k), np.int32(1))
+    kernel = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xF00))
+    plan = types.SimpleNamespace(kernel=kernel, grid=132, threads=256, smem=1024)
+    ops._prepare(ops._fast_key(0, 0, fast.stream.ptr, mw, x, out, False, None, None, None), mw,
+                 (ops._address(mw.qweight), ops._address(mw.scales), None, None, 128), plan, ws,
+                 ws.locks, ws.scratch, args, fast.stream.ptr, (M, N), False, before)
+    rec = next(iter(ops._tls.launches.values()))
+    assert rec.kernel is kernel
     assert fast.call(x, mw, out) is ops._MISS
     assert fast.sent == []
 
@@ -465,3 +527,128 @@ def test_capture_id_asks_the_driver_with_the_optional_outputs_null(monkeypatch):
     assert asked == [(STREAM, None, None, None, None)]
     assert graphs.capture_id(idle) is None
     assert len(asked) == 1
+
+
+def test_the_per_thread_default_stream_gives_each_thread_its_own_workspace(stream_table):
+    """``cudaStreamPerThread`` (handle 2: CuPy's ``Stream.ptds``) is a different stream in each
+    thread, so two threads' launches there run at once: one workspace would be shared locks,
+    the deadlock or wrong sums the workspace exists to prevent."""
+    ptds = stream_table.Stream(ops.PER_THREAD_STREAM)
+    got = {}
+
+    def other():
+        got["ws"] = ops.workspace(ptds)
+        got["again"] = ops.workspace(ptds)
+    mine = ops.workspace(ptds)
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert got["ws"] is got["again"] and got["ws"] is not mine
+    assert ops.workspace(ptds) is mine
+    # A plain stream's handle is one stream whichever thread launches on it.
+    plain = stream_table.Stream(STREAM)
+    t = threading.Thread(target=lambda: got.update(plain=ops.workspace(plain)))
+    t.start()
+    t.join()
+    assert got["plain"] is ops.workspace(plain)
+    # Releasing the per-thread stream drops the calling thread's workspace only.
+    assert ops.release_workspaces(ptds) == 1
+    assert ops.workspace(ptds) is not mine
+    assert got["ws"] in ops._workspaces.values()
+
+
+def test_release_workspaces_drops_the_streams_device_not_the_current_one(stream_table):
+    s = stream_table.Stream(STREAM)
+    ws = ops.workspace(s)                               # device 0
+    s.device_id = 0
+    other = stream_table.Stream(0x6B)
+    other.device_id = 1
+    ops._workspaces[(1, 0x6B, False)] = on_one = ops.Workspace()
+    assert ops.release_workspaces(other) == 1           # called with device 0 current
+    assert (1, 0x6B, False) not in ops._workspaces and on_one.locks is None
+    assert ops.workspace(s) is ws
+
+
+class FakeTorch:
+    """``sys.modules['torch']`` for the checks that ask whether something is a torch tensor."""
+    class Tensor:
+        def __init__(self, requires_grad=False):
+            self.requires_grad = requires_grad
+
+
+class MyTensor(FakeTorch.Tensor):
+    """A subclass defined outside torch: still a torch tensor."""
+
+
+def test_torch_tensors_are_known_by_isinstance(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch)
+    assert ops._is_torch(MyTensor()) and ops._is_torch(FakeTorch.Tensor())
+    assert not ops._is_torch(_device_array(0x4000000, (M, K), np.float16))
+    monkeypatch.delitem(sys.modules, "torch")
+    assert not ops._is_torch(MyTensor())               # no torch imported: no torch tensor
+
+
+@pytest.mark.parametrize("which", ["x", "out"])
+def test_a_tensor_that_requires_grad_is_refused_with_what_to_do(checked, monkeypatch, which):
+    """matmul has no backward: refused on the checked path (DLPack would refuse it with a
+    message about dtypes), and the fast path leaves it to the checked path."""
+    import sys
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch)
+    x = MyTensor(requires_grad=which == "x")
+    out = MyTensor(requires_grad=which == "out")
+    with pytest.raises(ValueError, match=f"{which} requires grad, and matmul has no backward.*"
+                                         f"torch.no_grad.*{which}.detach"):
+        ops._matmul_checked(x, _weight(), out, None, None, None, False, None)
+    assert checked.planned == []
+
+
+def test_the_fast_path_leaves_a_tensor_that_requires_grad_to_the_checked_path(fast,
+                                                                             monkeypatch):
+    """Primed by a call without grad, the same call with ``x`` (or ``out``) requiring grad must
+    not be sent: the checked path refuses it."""
+    import sys
+
+    class Tensor(FakeTorch.Tensor):
+        def __init__(self, ptr, shape, requires_grad=False):
+            super().__init__(requires_grad)
+            self.ptr, self.shape = ptr, shape
+            self.dtype = torch.float16
+            self.device = "cuda:0"
+
+        def get_device(self):
+            return 0
+
+        def is_contiguous(self):
+            return True
+
+        def data_ptr(self):
+            return self.ptr
+
+    torch = types.SimpleNamespace(
+        Tensor=FakeTorch.Tensor, float16=object(),
+        _C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: fast.stream.ptr),
+        cuda=types.SimpleNamespace(current_device=lambda: 0))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    mw = _weight()
+    x_cp, out_cp = (_device_array(0x4000000, (M, K), np.float16),
+                    _device_array(0x5000000, (M, N), np.float16))
+    x, out = Tensor(0x4000000, (M, K)), Tensor(0x5000000, (M, N))
+    # What _matmul_checked leaves after a torch call (kind 1) without grad:
+    m, k = M, K
+    ws = ops.Workspace()
+    ws.locks = _device_array(0x9000000, (132,), np.int32)
+    ws.scratch = _device_array(0xA000000, (4096,), np.float32)
+    args = (x_cp, mw.qweight, mw.scales, mw.scales, out_cp, ws.scratch, ws.locks, np.int32(m),
+            np.int32(N), np.int32(k), np.int32(1))
+    plan = types.SimpleNamespace(kernel=types.SimpleNamespace(
+        kernel=types.SimpleNamespace(ptr=0xF00)), grid=132, threads=256, smem=1024)
+    ops._prepare(ops._fast_key(1, 0, fast.stream.ptr, mw, x, out, False, None, None, None), mw,
+                 (ops._address(mw.qweight), ops._address(mw.scales), None, None, 128), plan, ws,
+                 ws.locks, ws.scratch, args, fast.stream.ptr, (M, N), False,
+                 ops._plan.generation)
+    assert ops._fast_matmul(x, mw, out, None, None, None, False, None) is out    # primed
+    for grad_x, grad_out in ((True, False), (False, True)):
+        x.requires_grad, out.requires_grad = grad_x, grad_out
+        assert ops._fast_matmul(x, mw, out, None, None, None, False, None) is ops._MISS
+    assert len(fast.sent) == 1

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import types
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -42,13 +44,19 @@ def fields(mw):
 
 class DeviceArray:
     """Stands in for a CuPy array: not a NumPy array, but with its attributes (``shape``,
-    ``dtype``, ``flags``, ``astype`` ...) and ``get()`` to copy it to the host."""
+    ``dtype``, ``flags``, ``astype`` ...), ``data`` (an address, ``ptr``, moved by ``shift``
+    bytes, and a ``device_id``) and ``get()`` to copy it to the host."""
 
-    def __init__(self, a):
-        self._a = a
+    def __init__(self, a, device_id=0, shift=0):
+        self._a, self._device_id, self._shift = a, device_id, shift
 
     def __getattr__(self, name):
         return getattr(self._a, name)
+
+    @property
+    def data(self):
+        ptr = self._a.__array_interface__["data"][0] // 256 * 256 + 256 + self._shift
+        return types.SimpleNamespace(ptr=ptr, device_id=self._device_id)
 
     def get(self):
         return self._a.copy()
@@ -118,6 +126,25 @@ class TestMarlinWeightChecks:
         with pytest.raises(ValueError, match="qweight is a device array but scales is a NumPy "
                                              "array"):
             MarlinWeight(**{**good, "qweight": DeviceArray(good["qweight"])})
+
+    @pytest.mark.parametrize("name", ["qweight", "scales", "zeros"])
+    def test_misaligned_device_array_refused(self, good, name):
+        """The kernel reads qweight, scales and zeros as 16-byte vectors: a view at an offset
+        of a larger buffer (a safetensors blob, say) would fault in the kernel."""
+        arrays = on_device(good)
+        arrays[name] = DeviceArray(good[name], shift=8)
+        with pytest.raises(ValueError, match=rf"{name} must start on a 16-byte boundary"):
+            MarlinWeight(**arrays)
+
+    @pytest.mark.parametrize("name", ["scales", "zeros"])
+    def test_device_arrays_on_two_gpus_refused(self, good, name):
+        arrays = on_device(good)
+        arrays[name] = DeviceArray(good[name], device_id=1)
+        with pytest.raises(ValueError, match=rf"{name} lives on GPU 1 but qweight on GPU 0"):
+            MarlinWeight(**arrays)
+        mw = MarlinWeight(**on_device(good))
+        with pytest.raises(ValueError, match=rf"{name} lives on GPU 1"):
+            setattr(mw, name, DeviceArray(good[name], device_id=1))
 
     def test_non_contiguous_device_array_refused(self, good):
         wide = np.zeros((good["qweight"].shape[0], 2 * good["qweight"].shape[1]), np.int32)
