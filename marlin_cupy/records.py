@@ -330,10 +330,12 @@ def validate_record(rec: dict) -> None:
     c.field(rec, "git_commit", _is_str, "a commit sha string (or 'unknown')", "")
     if c.field(rec, "device", lambda v: isinstance(v, dict), "an object", ""):
         c.field(rec["device"], "name", _is_str, "a string", "device.")
-        c.field(rec["device"], "sms", _is_int, "an int", "device.")
+        c.field(rec["device"], "sms", lambda v: _is_int(v) and v > 0, "a positive int",
+                "device.")
 
     if kind == "bench":
-        c.field(rec, "copy_bandwidth_GBps", _is_number, "a finite number", "")
+        c.field(rec, "copy_bandwidth_GBps", lambda v: _is_number(v) and v > 0,
+                "a positive finite number", "")
         c.field(rec, "group_size", _is_int, "an int", "")
         if c.field(rec, "rows", lambda v: isinstance(v, list) and v, "a non-empty list", ""):
             for i, row in enumerate(rec["rows"]):
@@ -357,7 +359,9 @@ def validate_record(rec: dict) -> None:
         if c.field(rec, "sanitizer", lambda v: v is None or isinstance(v, dict),
                    "an object or null", "") and rec["sanitizer"] is not None:
             for key in ("memcheck_errors", "racecheck_errors"):
-                c.field(rec["sanitizer"], key, _is_int, "an int", "sanitizer.")
+                # -1: the tool printed no summary (scripts/device_check.py: timed out, crashed).
+                c.field(rec["sanitizer"], key, lambda v: _is_int(v) and v >= -1,
+                        "an int >= 0, or -1 where the tool printed no summary", "sanitizer.")
 
     if c.problems:
         raise ValueError(f"{kind} record does not meet the schema of DESIGN.md s.8:\n  "

@@ -260,7 +260,10 @@ def lookup(device_name: str, m: int, n: int, k: int, group_size: int):
     still serve M <= 8 from their 16-row entry).
 
     Only an entry measured at this group size is used: a tile tuned for g128 can spill or lose
-    its edge at g32, so other group sizes are not guessed from it.
+    its edge at g32, so other group sizes are not guessed from it. The fallback to a taller
+    bucket also serves a layer tuned at some buckets only (``--buckets``) at the smaller ones,
+    and pairs a re-tune withdrew (``withdraw_pairs``) as their base served them: the shipped
+    tables hold every layer at every bucket.
     """
     return lookup_in(load_table(device_name), m, n, k, group_size)
 
@@ -528,6 +531,14 @@ def into_cache(table: dict, path: Path, shapes, buckets) -> tuple:
     if old.get("device_name") != table.get("device_name") or old_gs != new_gs:
         return table, (f"replaced the cache's table for {old.get('device_name')!r} at group "
                        f"size(s) {sorted(old_gs)} (a cache holds one device and group size; "
+                       f"tune with --out to keep another)")
+    old_defines, new_defines = old.get("kernel_defines") or {}, table.get("kernel_defines") or {}
+    if old_defines != new_defines:
+        # Merged, the old build's entries would carry the new build's label and be served to
+        # it (merge_tables takes new's kernel_defines).
+        return table, (f"replaced the cache's table, tuned under MARLIN_CUPY_DEFINES "
+                       f"{old_defines or 'none (the shipped build)'}, since this run's build has "
+                       f"{new_defines or 'none (the shipped build)'} (a cache holds one build; "
                        f"tune with --out to keep another)")
     merged = merge_tables(old, table, shapes, buckets)
     kept = len(merged["entries"]) - len(table["entries"])
@@ -1127,7 +1138,9 @@ def main(argv=None) -> int:
     p.add_argument("--buckets", default="",
                    help="comma-separated M buckets to tune, by their upper end "
                         f"({', '.join(str(b) for b in M_BUCKETS[:-1])}, or 'rest' for M > "
-                        f"{M_BUCKETS[-2]}); default: all")
+                        f"{M_BUCKETS[-2]}); default: all. A layer the tables hold at none of M's "
+                        "bucket and the smaller ones is served there from the next taller bucket "
+                        "it has (a 64-row tile at M = 1, say): tune a new layer at every bucket")
     p.add_argument("--merge", metavar="TABLE",
                    help="with --buckets: start from TABLE and replace only the tuned buckets' "
                         "measurements and entries of the tuned layers (same device and group "

@@ -620,6 +620,17 @@ def test_the_sweep_records_clocks_after_warm_up_and_the_tables_that_served(monke
         "source": "shipped", "path": str(shipped),
         "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest(),
         "entries": len(json.loads(shipped.read_text())["entries"])}]
+    assert "kernel_defines" not in rec and rec["git_commit_from"] is None
+    # An experimental build says so in its record, with where its commit came from
+    # (records.newest_sweep skips such sweeps; README: records say where their commit came
+    # from).
+    monkeypatch.setattr(records, "environment", lambda: {
+        "date": "2026-12-01T00:00:00+00:00", "git_commit": "abc", "versions": {},
+        "git_commit_from": "MARLIN_GIT_COMMIT", "kernel_defines": {"MARLIN_WG_DEPTH": 2},
+        "device": {"name": "NVIDIA H200", "sms": 132, "l2_bytes": H200_L2}})
+    rec = sweep.run_sweep([], [], sweep.SweepOptions(progress=False))
+    assert rec["kernel_defines"] == {"MARLIN_WG_DEPTH": 2}
+    assert rec["git_commit_from"] == "MARLIN_GIT_COMMIT"
     tune.load_table.cache_clear()
 
 

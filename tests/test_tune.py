@@ -392,6 +392,20 @@ class TestPartialRetune:
         path.write_text("{not json")
         assert tune.into_cache(second, path, [], M_BUCKETS) == (
             second, "replaced a cache that could not be read")
+        # A cache of another build ($MARLIN_CUPY_DEFINES) is replaced, never merged: merged,
+        # its entries would be served to this run's build under this run's label.
+        for old_defines, new_defines in (({"MARLIN_WG_DEPTH": 2}, None),
+                                         (None, {"MARLIN_WG_DEPTH": 2})):
+            old = dict(first, **({"kernel_defines": old_defines} if old_defines else {}))
+            new = dict(second, **({"kernel_defines": new_defines} if new_defines else {}))
+            path.write_text(json.dumps(old))
+            table, note = tune.into_cache(new, path, [(8192, 8192)], M_BUCKETS)
+            assert table is new and "tuned under MARLIN_CUPY_DEFINES" in note, note
+        same = dict(first, kernel_defines={"MARLIN_WG_DEPTH": 2})
+        path.write_text(json.dumps(same))
+        table, note = tune.into_cache(dict(second, kernel_defines={"MARLIN_WG_DEPTH": 2}), path,
+                                      [(8192, 8192)], M_BUCKETS)
+        assert note == "kept the cache's 1 other entries"
 
     def test_merge_keeps_the_incumbent_within_the_margin(self, tmp_path):
         """--keep-within: a winner by less than the margin does not replace the base table's

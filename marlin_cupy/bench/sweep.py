@@ -172,10 +172,11 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
     versions = dict(env.get("versions", {}))
     if torch is not None:
         versions["torch"] = torch.__version__
-    return {
+    record = {
         "kind": "bench",
         "date": env["date"],
         "git_commit": env["git_commit"],
+        "git_commit_from": env.get("git_commit_from"),
         "git_dirty": env.get("git_dirty"),
         "device": env["device"],
         "versions": versions,
@@ -213,6 +214,11 @@ def run_sweep(layers, providers, options: SweepOptions = None) -> dict:
         "failed": out.failed,
         "skipped": out.skipped,
     }
+    if "kernel_defines" in env:
+        # An experimental build ($MARLIN_CUPY_DEFINES): records.newest_sweep and every reader
+        # must be able to tell it from the shipped one.
+        record["kernel_defines"] = env["kernel_defines"]
+    return record
 
 
 def _tuned_tables(device_name):
