@@ -153,8 +153,10 @@ def _scales(x, name: str) -> np.ndarray:
     x = _host(x, name)
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D [G, N]; got shape={x.shape}.")
-    if x.dtype not in (np.float16, np.float32, np.float64):
-        raise ValueError(f"{name} must be float16; got dtype={x.dtype}.")
+    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
+        raise ValueError(f"{name} must be float16 (or float32/float64 values that float16 "
+                         f"holds exactly); got dtype={x.dtype}.")
+    x = x.astype(x.dtype.newbyteorder("="), copy=False)     # big-endian input: native order
     if 0 in x.shape:
         raise ValueError(f"{name} has shape {list(x.shape)}; it needs at least one group (row) "
                          "and one column.")
@@ -164,7 +166,7 @@ def _scales(x, name: str) -> np.ndarray:
         raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s); the first is "
                          f"{name}[{g}, {n}] = {x[g, n]}.")
     if x.dtype == np.float16:
-        return np.ascontiguousarray(x)
+        return np.array(x, copy=True, order="C")        # the caller's buffer stays the caller's
     with np.errstate(over="ignore"):
         half = x.astype(np.float16)
     lossy = half.astype(x.dtype) != x
@@ -182,8 +184,20 @@ def _check_shape(x: np.ndarray, expected: tuple, name: str, meaning: str) -> Non
                          f"{list(x.shape)}.")
 
 
-def _resolve_group_size(k: int, g: int, group_size, scales_name: str) -> int:
-    """Group size of a weight with K rows and G groups; ``group_size`` is the caller's or None."""
+def _resolve_group_size(k: int, g: int, group_size, scales_name: str, config=None) -> int:
+    """Group size of a weight with K rows and G groups; ``group_size`` is the caller's or None,
+    or, with ``config`` (its path), the checkpoint config's, which a disagreement then blames."""
+    if config is not None:
+        try:
+            return _resolve_group_size(k, g, group_size, scales_name)
+        except ValueError as e:
+            if "Pass" not in str(e):
+                raise
+            raise ValueError(f"{config} says group_size={group_size!r}, but {scales_name} has "
+                             f"G={g} rows for K={k}: the checkpoint and its config disagree "
+                             f"(the shapes alone give "
+                             f"{-1 if g == 1 else k // g if k % g == 0 else 'no group size'})."
+                             ) from None
     if group_size is not None and (isinstance(group_size, bool)
                                    or not isinstance(group_size, (int, np.integer))):
         raise ValueError(f"group_size must be an int or None; got {group_size!r}.")
@@ -228,7 +242,10 @@ def _partial_group_size(k: int, g: int, group_size):
 
 
 def _check_bits(bits) -> None:
-    if bits not in SUPPORTED_BITS or isinstance(bits, bool):
+    if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, (int, np.integer)):
+        raise ValueError(f"bits must be an integer (4 or 8); got {bits!r} "
+                         f"({type(bits).__name__}).")
+    if bits not in SUPPORTED_BITS:
         raise ValueError(f"bits={bits!r} is not supported; this project handles GPTQ with bits in "
                          f"{SUPPORTED_BITS} (2- and 3-bit GPTQ are not supported).")
 
@@ -286,7 +303,7 @@ def _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint
     zero_words = _words(qzeros, names["qzeros"])
     _check_shape(zero_words, (g, n // pf), names["qzeros"],
                  f"[G, N*bits/32] for bits={bits} (G, N: shape of scales)")
-    group_size = _resolve_group_size(k, g, group_size, names["scales"])
+    group_size = _resolve_group_size(k, g, group_size, names["scales"], names.get("config"))
 
     q = _unpack_rows(words, bits)                                        # [K, N]
     stored = unpack_cols(zero_words, bits)                              # [G, N]
@@ -315,11 +332,34 @@ def _from_gptq(qweight, qzeros, scales, g_idx, bits, sym, group_size, checkpoint
                 "(and check checkpoint_format).")
         zeros = None
     elif checkpoint_format == "gptq":
+        _check_v1_wrap(stored, bits, names["qzeros"])
         zeros = ((stored.astype(np.int32) + 1) % (1 << bits)).astype(np.uint8)   # undo zero - 1
     else:
         zeros = stored
     return QuantizedWeight(q=q, scales=scales, zeros=zeros, g_idx=g_idx, bits=bits,
                            group_size=group_size)
+
+
+def _check_v1_wrap(stored: np.ndarray, bits: int, name: str) -> None:
+    """Refuse v1 zeros that a writer's wrap-around corrupted. v1 stores ``zero - 1``; a zero of 0
+    becomes -1, and a writer that ORs it into the word without masking (AutoGPTQ's own packing
+    does) sets that field and every field above it to all ones: the zeros of the word's later
+    columns are then lost, and would read as 0 (modulo ``2**bits``). A field of all ones below
+    the word's top is read as that only when some field above it is not all ones."""
+    pf, maxq = 32 // bits, (1 << bits) - 1
+    fields = stored.reshape(stored.shape[0], -1, pf) == maxq              # [G, N/pf, pf]
+    above_all = np.flip(np.cumprod(np.flip(fields, -1), -1), -1).astype(bool)   # j..top all ones
+    wrapped = fields[..., :-1] & above_all[..., 1:]                       # [G, N/pf, pf-1]
+    if wrapped.any():
+        g, c, j = (int(v) for v in np.argwhere(wrapped)[0])
+        first, last = c * pf + j, c * pf + pf - 1
+        raise ValueError(
+            f"{name} word [{g}, {c}] stores {maxq} (zero 0 in format 'gptq', zero - 1 wrapped) "
+            f"for column {first} and for every column above it in the word ({first + 1}.."
+            f"{last}; {int(wrapped.any(-1).sum())} such word(s)): a v1 writer that did not mask "
+            f"the -1 overwrote their zero points, which are lost (or all of them are 0, which "
+            f"v1 cannot tell apart). Export the checkpoint again as 'gptq_v2' (the true zero) "
+            f"or from the float weights.")
 
 
 def _g_idx(g_idx, k: int, g: int, names: dict, bits: int) -> np.ndarray:
@@ -411,7 +451,7 @@ def _from_awq(qweight, qzeros, scales, group_size, names):
         raise ValueError(f"{names['qweight']} has shape {list(words.shape)}; K must be at least 1.")
     zero_words = _words(qzeros, names["qzeros"])
     _check_shape(zero_words, (g, n // 8), names["qzeros"], "[G, N/8] (G, N: shape of scales)")
-    group_size = _resolve_group_size(k, g, group_size, names["scales"])
+    group_size = _resolve_group_size(k, g, group_size, names["scales"], names.get("config"))
     q = unpack_cols(words, 4, AWQ_ORDER)                                # [K, N]
     zeros = unpack_cols(zero_words, 4, AWQ_ORDER)                       # [G, N]
     return QuantizedWeight(q=q, scales=scales, zeros=zeros, g_idx=None, bits=4,
@@ -483,6 +523,12 @@ def save_gptq_checkpoint(path_dir, layers: dict, checkpoint_format: str = "gptq"
 
 def _save_marlin_checkpoint(path_dir, layers: dict) -> None:
     bits, sym, group_size = _common_config(layers, "save_gptq_checkpoint")
+    short = [name for name, qw in layers.items() if qw.k % 128]
+    if short:
+        raise ValueError(f"save_gptq_checkpoint: layer {short[0]!r} has K={layers[short[0]].k}, "
+                         "not a multiple of 128, which the Marlin format's readers need (the "
+                         "original kernel's smallest K tile). Save it as checkpoint_format "
+                         "'gptq'.")
     if group_size not in MARLIN_GROUP_SIZES:
         raise ValueError(f"save_gptq_checkpoint: the Marlin checkpoint format has group sizes "
                          f"{MARLIN_GROUP_SIZES}; these layers have group_size={group_size}. "
@@ -536,7 +582,7 @@ def _from_marlin(b, s, group_size, names) -> QuantizedWeight:
         raise ValueError(f"N={n} (from {names['s']}) must be a multiple of 64, as every "
                          "Marlin-layout weight is; the tensors are inconsistent.")
     k = 16 * rows
-    group_size = _resolve_group_size(k, g, group_size, names["s"])
+    group_size = _resolve_group_size(k, g, group_size, names["s"], names.get("config"))
     mw = MarlinWeight(qweight=words.view(np.int32), scales=scales, zeros=None, perm=None,
                       bits=4, group_size=group_size, k=k, n=n)
     return layout.unpack(mw)
@@ -578,8 +624,9 @@ def iter_gptq_checkpoint(path_dir, names=None):
             weights[name] = mc.pack(qw).to_device()
     """
     config_path, cfg = _read_config(path_dir)
-    method = str(cfg.get("quant_method", "gptq")).lower()
-    fmt = cfg.get("checkpoint_format", "gptq")
+    method = _config_word(cfg, "quant_method", "gptq", config_path)
+    fmt = _config_word(cfg, "checkpoint_format", "gptq", config_path)
+    _refuse_dynamic(cfg, config_path)
     legacy = cfg.get("is_marlin_format", None)
     if legacy is not None and not isinstance(legacy, bool):
         raise ValueError(f"{config_path}: is_marlin_format must be true or false; got {legacy!r}.")
@@ -603,6 +650,9 @@ def iter_gptq_checkpoint(path_dir, names=None):
     _check_bits_in_config(bits, config_path)
     sym = cfg.get("sym", True)
     desc_act = cfg.get("desc_act", None)
+    if sym is None:
+        raise ValueError(f"{config_path}: sym is null; set it to true or false (AutoGPTQ's "
+                         "default, when the key is absent, is true).")
     for key, value in (("sym", sym), ("desc_act", desc_act)):
         if value is not None and not isinstance(value, bool):
             raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
@@ -615,6 +665,7 @@ def iter_gptq_checkpoint(path_dir, names=None):
             home = where[f"{name}.qweight"]
             labels = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})"
                       for r in _GPTQ_TENSORS}
+            labels["config"] = config_path
             t = _read_layer(where, name, _GPTQ_TENSORS)
             if "g_idx" not in t and desc_act:
                 raise ValueError(f"{labels['g_idx']} is missing, but {config_path} says "
@@ -651,6 +702,7 @@ def _iter_marlin_checkpoint(path_dir, names, config_path, cfg):
     def layers():
         for name in chosen:
             labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _MARLIN_TENSORS}
+            labels["config"] = config_path
             t = _read_layer(where, name, _MARLIN_TENSORS)
             yield name, _from_marlin(t["B"], t["s"], group_size, labels)
     return layers()
@@ -687,11 +739,15 @@ def iter_awq_checkpoint(path_dir, names=None):
     """``(layer name, QuantizedWeight)`` for each layer of an AWQ checkpoint folder, one
     layer's tensors read at a time, as ``iter_gptq_checkpoint`` does for GPTQ."""
     config_path, cfg = _read_config(path_dir, extra=("quant_config.json",))
-    method = str(cfg.get("quant_method", "awq")).lower()
+    method = _config_word(cfg, "quant_method", "awq", config_path)
     if method != "awq":
         raise ValueError(f"{config_path} has quant_method={method!r}; load_awq_checkpoint reads "
                          "'awq' checkpoints (use load_gptq_checkpoint for 'gptq').")
-    version = str(cfg.get("version", "gemm")).lower()
+    if "quant_method" not in cfg and {"desc_act", "damp_percent", "sym"} & set(cfg):
+        raise ValueError(f"{config_path} names no quant_method and has GPTQ's keys "
+                         f"({sorted({'desc_act', 'damp_percent', 'sym'} & set(cfg))}), not "
+                         "AWQ's: use load_gptq_checkpoint (or add \"quant_method\": \"awq\").")
+    version = _config_word(cfg, "version", "gemm", config_path)
     if version != "gemm":
         raise ValueError(f"{config_path} has version={cfg.get('version')!r}; only the 'gemm' AWQ "
                          "layout is supported.")
@@ -707,6 +763,7 @@ def iter_awq_checkpoint(path_dir, names=None):
     def layers():
         for name in chosen:
             labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
+            labels["config"] = config_path
             t = _read_layer(where, name, _AWQ_TENSORS)
             yield name, _from_awq(t["qweight"], t["qzeros"], t["scales"], group_size, labels)
     return layers()
@@ -803,6 +860,29 @@ def _read_config(path_dir, extra=()):
     raise ValueError(f"no quantization config in {folder}: expected {CONFIG_FILE}"
                      f"{''.join(', ' + e for e in extra)} or config.json with "
                      "'quantization_config'.")
+
+
+def _config_word(cfg: dict, key: str, default: str, path) -> str:
+    """A config's string setting, lower-cased (``"GPTQ"`` is ``"gptq"``); absent: ``default``."""
+    value = cfg.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{path}: {key} must be a string; got {value!r}.")
+    return value.lower()
+
+
+def _refuse_dynamic(cfg: dict, path) -> None:
+    """GPTQModel's per-module overrides (``dynamic``: ``"+:regex"`` keys with other bits,
+    group sizes...) are not read: their layers would be decoded with the global config.
+    ``"-:regex"`` keys (modules left unquantized) change nothing here and are allowed."""
+    dynamic = cfg.get("dynamic") or {}
+    if not isinstance(dynamic, dict):
+        raise ValueError(f"{path}: dynamic must be an object; got {dynamic!r}.")
+    overrides = [k for k in dynamic if not str(k).startswith("-:")]
+    if overrides:
+        raise ValueError(f"{path} has per-module overrides in 'dynamic' ({overrides[:3]}"
+                         f"{' ...' if len(overrides) > 3 else ''}), which this loader does not "
+                         "apply: those layers would be read with the global bits and group "
+                         "size. Save such layers to separate checkpoints.")
 
 
 def _read_json(path: Path):
@@ -906,10 +986,10 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweig
                 if key in where:
                     raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
                 dtype = handle.get_slice(key).get_dtype()
-                if dtype not in ("I32", "U32", "I64", "F16", "F32", "F64"):
+                if dtype not in ("I32", "U32", "I64", "F16", "BF16", "F32", "F64"):
                     raise ValueError(f"tensor {key} in {file} has dtype {dtype}, which this "
-                                     "loader does not read (scales must be F16; packed "
-                                     "tensors I32).")
+                                     "loader does not read (scales F16, or BF16/F32/F64 "
+                                     "values that float16 holds exactly; packed tensors I32).")
                 where[key] = file
 
     suffix = "." + key_role
@@ -962,8 +1042,30 @@ def _read_layer(where: dict, layer: str, roles) -> dict:
     for file, keys in by_file.items():
         with _opened(file) as handle:
             for role, key in keys:
-                out[role] = handle.get_tensor(key)
+                if handle.get_slice(key).get_dtype() == "BF16":
+                    out[role] = _read_bf16(file, key)      # NumPy has no bfloat16
+                else:
+                    out[role] = handle.get_tensor(key)
     return out
+
+
+def _read_bf16(file: Path, key: str) -> np.ndarray:
+    """A BF16 tensor of a safetensors file as float32 (exact: bfloat16 is float32's top half),
+    read from the file's own header (an 8-byte length, JSON, then the data), since safetensors'
+    NumPy reader refuses the dtype. Scales of bfloat16 models are stored so (the scales follow
+    the model's dtype); ``_scales`` then takes them as float16 where that is exact."""
+    try:
+        with open(file, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            info = json.loads(f.read(size))[key]
+            begin, end = info["data_offsets"]
+            f.seek(8 + size + begin)
+            raw = np.frombuffer(f.read(end - begin), dtype="<u2")
+        half = raw.astype(np.uint32) << np.uint32(16)
+        return half.view(np.float32).reshape(info["shape"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tensor {key} (BF16) in {file} could not be read ({e}); the file may "
+                         "be truncated or corrupt.") from e
 
 
 @contextlib.contextmanager

@@ -9,12 +9,16 @@ Conventions, chosen so that the error bound below holds against what is *stored*
 
 - **The stored scale is rounded up to float16.** The ideal scale ``x`` (see below) is rounded
   to the nearest float16 and, when that is below ``x``, moved to the next float16 up. Codes are
-  computed against this stored scale, so the grid the codes address is exactly the grid the
-  kernel uses, and because the stored scale is never smaller than the ideal one, no value of
-  the group falls outside the grid: codes are never clamped when ``clip_search`` is off.
+  computed against this stored scale, so the codes address the grid ``(q - zero) * scale`` of
+  the scale the kernel reads, and because the stored scale is never smaller than the ideal
+  one, no value of the group falls outside the grid: codes are never clamped when
+  ``clip_search`` is off. (Kernels that scale the unpacked weights in float16, rather than
+  their float32 sums, round each product ``(q - zero) * scale`` to float16 as well: up to
+  half a float16 ulp of it, 2^-11 relative, on top of the bound below.)
 - **Symmetric** (``sym=True``, types "uint4b8" / "uint8b128"): the zero point is fixed at
   ``2**(bits-1)`` (8 or 128), ``x = max|w| / (2**(bits-1) - 1)`` (``/7`` or ``/127``), so codes
-  span ``1 .. 2**bits - 1`` and the most negative code 0 is left unused, as in GPTQ.
+  span ``1 .. 2**bits - 1`` and the most negative code 0 is left unused: this project's choice,
+  which keeps ``+max|w|`` on the grid (other quantizers use all codes and clamp one end).
 - **Asymmetric** (``sym=False``): the range ``[lo, hi]`` is the group's ``[min, max]`` widened to
   contain 0 (as GPTQ does), ``x = (hi - lo) / (2**bits - 1)`` and ``zero = round(-lo / scale)``.
   Because the range contains 0, the zero point always lies in ``0 .. 2**bits - 1`` and 0.0 is

@@ -75,7 +75,7 @@ class QuantizedWeight:
     def __post_init__(self):
         self.bits = check_int("bits", self.bits)
         self.group_size = check_int("group_size", self.group_size)
-        self.check()
+        self._check_fields()
         k = self.q.shape[0]
         g = num_groups(k, self.group_size)
         if self.g_idx is not None:
@@ -88,6 +88,7 @@ class QuantizedWeight:
                                  f"{int(g_idx.min())}..{int(g_idx.max())}.")
             g_idx = g_idx.astype(np.int32)
             self.g_idx = None if np.array_equal(g_idx, trivial_g_idx(k, self.group_size)) else g_idx
+        self._check_dequantized_range()
 
     def __repr__(self) -> str:
         # A summary: the dataclass's own repr printed every array.
@@ -97,7 +98,46 @@ class QuantizedWeight:
 
     def check(self) -> None:
         """Raise ValueError if any field is inconsistent: types, shapes, code and zero ranges,
-        finite scales (``g_idx`` is checked and normalised by the constructor)."""
+        finite scales, dequantized values within float16's range (``g_idx`` is normalised by
+        the constructor, and its range checked again here)."""
+        self._check_fields()
+        if self.g_idx is not None:
+            g_idx, g = np.asarray(self.g_idx), self.num_groups
+            if g_idx.shape != (self.k,) or not np.issubdtype(g_idx.dtype, np.integer) or (
+                    self.k and (int(g_idx.min()) < 0 or int(g_idx.max()) >= g)):
+                raise ValueError(f"g_idx must be an integer array of shape [K] = [{self.k}] with "
+                                 f"values in 0..{g - 1}; it was changed in place since the "
+                                 "QuantizedWeight was made (make a new one).")
+        self._check_dequantized_range()
+
+    def _check_dequantized_range(self) -> None:
+        """Raise if a dequantized value ``(q - zero) * scale`` is beyond float16's range: the
+        kernels compute it in float16 (inf there). Imported scales are not bounded by anything
+        else (``quantize`` refuses such weights itself). Exact per group where the group's
+        widest possible code distance times its scale could pass the limit."""
+        maxq = (1 << self.bits) - 1
+        zero = self.zero_points().astype(np.float64)                        # [G, N]
+        scale = np.abs(self.scales.astype(np.float64))                      # [G, N]
+        if not (np.maximum(zero, maxq - zero) * scale > FP16_MAX).any():
+            return                                                          # cannot overflow
+        groups = self.row_groups()                                          # [K]
+        step = max(1, (1 << 22) // max(1, self.n))
+        for start in range(0, self.k, step):
+            rows = slice(start, min(self.k, start + step))
+            dev = np.abs(self.q[rows].astype(np.float64) - zero[groups[rows]])
+            deq = dev * scale[groups[rows]]                                 # [rows, N]
+            if (deq > FP16_MAX).any():
+                r, c = np.unravel_index(int(np.argmax(deq)), deq.shape)
+                grp = int(groups[start + r])
+                raise ValueError(
+                    f"row {start + r}, column {c} dequantizes to {deq[r, c]:.6g} (code "
+                    f"{int(self.q[start + r, c])}, zero point {int(zero[grp, c])}, scale "
+                    f"{float(self.scales[grp, c]):.6g} of group {grp}), beyond the float16 "
+                    f"maximum {FP16_MAX:.0f}: the kernels would compute inf there. The scales "
+                    "are too large for float16 weights (rescale the layer, e.g. fold a factor "
+                    "into the previous one).")
+
+    def _check_fields(self) -> None:
         bits = check_int("bits", self.bits)
         group_size = check_int("group_size", self.group_size)
         if bits not in SUPPORTED_BITS:

@@ -6,6 +6,7 @@ shifts and masks, straight from the format's definition, and compare with ``dequ
 """
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,11 +184,33 @@ class TestGptqLayout:
         assert np.all(to_gptq(qw, fmt)["qzeros"].view(np.uint32) == word)
 
     def test_v1_import_reads_stored_15_as_zero_0(self):
-        # The importer undoes "zero - 1" modulo 16: stored 15 is read as 0 (and 4 as 5).
-        qzeros = np.array([[0xFFFF4FFF]], dtype=np.uint32).view(np.int32)
+        # The importer undoes "zero - 1" modulo 16: stored 15 is read as 0 (and 4 as 5), where
+        # the fields above it show that no unmasked -1 overwrote them (the next test).
+        qzeros = np.array([[0xF4FF4FFF]], dtype=np.uint32).view(np.int32)
         qw = from_gptq(np.zeros((4, 8), np.int32), qzeros, np.ones((1, 8), np.float16),
                        sym=False)
-        assert qw.zeros.tolist() == [[0, 0, 0, 5, 0, 0, 0, 0]]
+        assert qw.zeros.tolist() == [[0, 0, 0, 5, 0, 0, 5, 0]]
+
+    def test_v1_zeros_overwritten_by_an_unmasked_minus_one_are_refused(self):
+        """A v1 writer that stores zero - 1 = -1 as an unsigned word and ORs it in without a
+        mask (AutoGPTQ's packing) sets every field above it: columns 3..7's zero points are
+        lost and would all read as 0, silently, up to 9 steps off."""
+        zeros = np.array([[8, 7, 0, 6, 9, 8, 9, 9]], np.int64)
+        word = np.uint32(0)
+        for j, z in enumerate(zeros[0] - 1):
+            word |= np.uint32(np.int64(z) & 0xFFFFFFFF) << np.uint32(4 * j)
+        qzeros = np.array([[word]], np.uint32).view(np.int32)
+        with pytest.raises(ValueError, match=r"qzeros word \[0, 0\] stores 15 .* column 2 and "
+                                             r"for every column above it in the word \(3\.\.7; "
+                                             r"1 such word\(s\)\).*'gptq_v2'"):
+            from_gptq(np.zeros((4, 8), np.int32), qzeros, np.ones((1, 8), np.float16),
+                      sym=False)
+        # The same zeros written with the true zero (v2) read back exactly.
+        v2 = np.array([[sum(int(z) << (4 * j) for j, z in enumerate(zeros[0]))]],
+                      np.uint32).view(np.int32)
+        qw = from_gptq(np.zeros((4, 8), np.int32), v2, np.ones((1, 8), np.float16), sym=False,
+                       checkpoint_format="gptq_v2")
+        assert qw.zeros.tolist() == zeros.tolist()
 
     def test_uint32_words_are_the_same_bits(self):
         qw = QuantizedWeight(np.full((32, 8), 9, np.uint8), np.ones((1, 8), np.float16), None,
@@ -639,7 +662,9 @@ class TestBrokenGptqCheckpoint:
 
     @pytest.mark.parametrize("changes,match", [
         (dict(bits=8), rf"{FIRST}\.g_idx .*bits=8"),
-        (dict(group_size=32), rf"group_size=32 .*{FIRST}\.scales"),
+        (dict(group_size=32), rf"quantize_config.json says group_size=32, but {FIRST}\.scales "
+                              r".*has G=2 rows for K=128: the checkpoint and its config disagree "
+                              r"\(the shapes alone give 64\)"),
         (dict(sym=True), rf"{FIRST}\.qzeros .*pass sym=False"),
         (dict(desc_act=False), rf"{FIRST}\.g_idx .*desc_act=false"),
         (dict(bits=3), "bits=3"),
@@ -705,14 +730,60 @@ class TestBrokenGptqCheckpoint:
         with pytest.raises(ValueError, match="is not a directory"):
             load_gptq_checkpoint(tmp_path / "nowhere")
 
-    def test_bfloat16_scales_named(self, saved):
-        # A BF16 tensor (NumPy has no bfloat16), written by hand in the safetensors layout.
-        header = json.dumps({f"{Q}.extra.scales": {"dtype": "BF16", "shape": [2],
-                                                     "data_offsets": [0, 4]}}).encode()
-        (saved / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header
-                                                  + b"\x80\x3f\x00\x40")
-        with pytest.raises(ValueError, match=rf"{Q}\.extra\.scales .*BF16"):
-            load_gptq_checkpoint(saved)
+    @pytest.mark.parametrize("loader,saver,fmt", [
+        (load_gptq_checkpoint, save_gptq_checkpoint, None),
+        (load_awq_checkpoint, save_awq_checkpoint, None),
+        (load_gptq_checkpoint, save_gptq_checkpoint, "marlin")])
+    def test_bfloat16_scales_are_read_where_float16_holds_them(self, tmp_path, loader, saver,
+                                                               fmt):
+        """The scales of a bfloat16 model's checkpoint are BF16 (they follow the model's dtype),
+        which safetensors' NumPy reader refuses: they are read from the file, and taken as
+        float16 where that is exact (a bfloat16 value in float16's normal range always is)."""
+        rng = np.random.default_rng(4)
+        if fmt == "marlin":
+            layers = marlin_layers(128)
+        else:
+            layers = layers_for(sym=loader is load_gptq_checkpoint, group_size=64)
+            if loader is load_awq_checkpoint:
+                layers = layers_for(sym=False, group_size=64)
+        for name, qw in layers.items():       # scales bfloat16 can hold: 8 significant bits
+            bf = (rng.integers(1, 256, qw.scales.shape) / 2.0 ** rng.integers(8, 14, qw.scales.shape))
+            layers[name] = QuantizedWeight(qw.q, bf.astype(np.float16), qw.zeros, qw.g_idx,
+                                           qw.bits, qw.group_size)
+        saver(tmp_path, layers, **({"checkpoint_format": fmt} if fmt else {}))
+        from safetensors.numpy import load_file
+        tensors = load_file(str(tmp_path / "model.safetensors"))
+        role = "s" if fmt == "marlin" else "scales"
+        raw = {}
+        for key, value in tensors.items():
+            if key.endswith("." + role):      # as bfloat16: float32's top 16 bits
+                bits = (value.astype(np.float32).view(np.uint32) >> 16).astype("<u2")
+                raw[key] = ("BF16", list(value.shape), bits.tobytes())
+            else:
+                raw[key] = ({np.dtype(np.int32): "I32", np.dtype(np.float16): "F16"}[value.dtype],
+                            list(value.shape), np.ascontiguousarray(value).tobytes())
+        write_raw_safetensors(tmp_path / "model.safetensors", raw)
+        assert_same_layers(loader(tmp_path), layers)
+        # One that float16 cannot hold exactly (2^-30: below its subnormals) is refused.
+        key = next(k for k in raw if k.endswith("." + role))
+        bits = np.frombuffer(raw[key][2], "<u2").copy()
+        bits[0] = 0x3080                       # bfloat16 2^-30
+        raw[key] = ("BF16", raw[key][1], bits.tobytes())
+        write_raw_safetensors(tmp_path / "model.safetensors", raw)
+        with pytest.raises(ValueError, match=r"not exactly representable in float16"):
+            loader(tmp_path)
+
+
+def write_raw_safetensors(path, tensors):
+    """A safetensors file from ``{name: (dtype, shape, bytes)}``, written in its layout (an
+    8-byte header length, the JSON header, the data), for dtypes NumPy lacks (BF16)."""
+    header, data, offset = {}, b"", 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        data += raw
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + data)
 
 
 class TestSaveRefusals:
@@ -827,7 +898,8 @@ class TestAwqCheckpoint:
         (dict(zero_point=False), "zero_point=False"),
         (dict(bits=8), "AWQ checkpoints are 4-bit"),
         (dict(quant_method="gptq"), "quant_method='gptq'"),
-        (dict(group_size=128), rf"group_size=128 .*{FIRST}\.scales"),
+        (dict(group_size=128), rf"says group_size=128, but {FIRST}\.scales .*the checkpoint and "
+                               r"its config disagree"),
     ])
     def test_mismatched_config(self, tmp_path, changes, match):
         save_awq_checkpoint(tmp_path, layers_for(bits=4, sym=False))
@@ -1054,7 +1126,8 @@ class TestMarlinCheckpoint:
         (dict(is_marlin_format=True, checkpoint_format="gptq_v2"),
          "is_marlin_format=true but checkpoint_format='gptq_v2'"),
         (dict(checkpoint_format="marlin_24"), "2:4 sparse Marlin checkpoint"),
-        (dict(group_size=64), r"group_size=64 does not split K=256 into the G=2 groups"),
+        (dict(group_size=64), r"says group_size=64, but .*\.s .*has G=2 rows for K=256: the "
+                              r"checkpoint and its config disagree"),
     ])
     def test_inconsistent_config(self, tmp_path, change, match):
         write_marlin_by_the_facts(tmp_path, marlin_layers(128), 128, checkpoint_format="marlin")
@@ -1090,3 +1163,78 @@ class TestMarlinCheckpoint:
         with pytest.raises(ValueError, match=match):
             save_gptq_checkpoint(tmp_path, layers, checkpoint_format="marlin")
         assert not (tmp_path / "model.safetensors").exists()
+
+
+class TestSecondReview:
+    """What a review of the data path found (session 60), each a test."""
+
+    def test_imported_scales_that_overflow_float16_when_dequantized_are_refused(self):
+        # sym 4-bit: code 0 dequantizes to -8 * 10000 = -80000, inf in the kernels' float16.
+        qw = QuantizedWeight(np.full((64, 8), 8, np.uint8), np.full((1, 8), 1e4, np.float16),
+                             None, None, 4, 64)
+        t = to_gptq(qw)
+        q = np.zeros((64, 8), np.uint8)
+        q[5, 3] = 1                                  # (1 - 8) * 10000 = -70000
+        t["qweight"] = to_gptq(QuantizedWeight(q, np.ones((1, 8), np.float16), None, None, 4,
+                                               64))["qweight"]
+        with pytest.raises(ValueError, match=r"row 0, column 0 dequantizes to 80000 .*beyond "
+                                             r"the float16 maximum"):
+            from_gptq(**t)
+        # A scale up to 65504 / 8 cannot overflow whatever the codes.
+        ok = QuantizedWeight(q, np.full((1, 8), 8188, np.float16), None, None, 4, 64)
+        assert ok.dequantize().min() == -8 * 8188.0
+
+    def test_bits_must_be_an_integer(self):
+        t = to_gptq(layers_for()[Q])
+        with pytest.raises(ValueError, match=r"bits must be an integer \(4 or 8\); got 4\.0"):
+            from_gptq(**t, bits=4.0)
+
+    def test_imported_scales_are_a_copy(self):
+        t = to_gptq(layers_for()[Q])
+        qw = from_gptq(**t)
+        assert not np.shares_memory(qw.scales, t["scales"])
+
+    @pytest.fixture
+    def saved(self, tmp_path):
+        save_gptq_checkpoint(tmp_path, layers_for(sym=True))
+        return tmp_path
+
+    def test_per_module_overrides_are_refused_and_exclusions_allowed(self, saved):
+        edit_config(saved, dynamic={"-:.*lm_head": {}})
+        assert_same_layers(load_gptq_checkpoint(saved), layers_for(sym=True))
+        edit_config(saved, dynamic={"+:.*down_proj": {"bits": 8}, "-:.*lm_head": {}})
+        with pytest.raises(ValueError, match=r"per-module overrides in 'dynamic' "
+                                             r"\(\['\+:\.\*down_proj'\]\)"):
+            load_gptq_checkpoint(saved)
+
+    def test_config_words_are_case_insensitive_and_nulls_named(self, saved):
+        edit_config(saved, checkpoint_format="GPTQ", quant_method="GPTQ")
+        assert_same_layers(load_gptq_checkpoint(saved), layers_for(sym=True))
+        cfg = json.loads((saved / "quantize_config.json").read_text())
+        cfg["sym"] = None
+        (saved / "quantize_config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ValueError, match=r"quantize_config.json: sym is null"):
+            load_gptq_checkpoint(saved)
+        cfg["sym"], cfg["quant_method"] = True, None
+        (saved / "quantize_config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ValueError, match=r"quantize_config.json: quant_method must be a "
+                                             r"string; got None"):
+            load_gptq_checkpoint(saved)
+
+    def test_the_awq_loader_names_a_gptq_config(self, saved):
+        edit_config(saved, quant_method=None, checkpoint_format=None)
+        with pytest.raises(ValueError, match=r"names no quant_method and has GPTQ's keys .*use "
+                                             r"load_gptq_checkpoint"):
+            load_awq_checkpoint(saved)
+
+    def test_marlin_save_needs_k_a_multiple_of_128(self, tmp_path):
+        rng = np.random.default_rng(0)
+        qw = QuantizedWeight(rng.integers(0, 16, (64, 64), dtype=np.uint8),
+                             np.ones((1, 64), np.float16), None, None, 4, -1)
+        with pytest.raises(ValueError, match=r"K=64, not a multiple of 128"):
+            save_gptq_checkpoint(tmp_path, {"a": qw}, checkpoint_format="marlin")
+
+    def test_big_endian_scales_are_read(self):
+        t = to_gptq(layers_for()[Q])
+        qw = from_gptq(**{**t, "scales": t["scales"].astype(">f2")})
+        assert qw.equals(from_gptq(**t))

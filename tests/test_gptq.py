@@ -319,7 +319,7 @@ class TestBadInputs:
         # which dequantizes to -8 * 8576 = -68608, although no weight is near that.
         w = np.zeros((32, 1))
         w[0, 0], w[1, 0], w[2, 0] = 6e4, -5.5e4, -6e4
-        with pytest.raises(ValueError, match="row 2 of column 0 dequantizes to 68608"):
+        with pytest.raises(ValueError, match="row 2, column 0 dequantizes to 68608"):
             quantize_gptq(w, self._pushed(32, 1, 2), group_size=32, damp=0.0)
 
     def test_updated_group_beyond_float16(self):
