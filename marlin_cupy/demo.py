@@ -195,7 +195,7 @@ def checkpoint_part(args) -> int:
         iterate = mc.iter_gptq_checkpoint if kind == "gptq" else mc.iter_awq_checkpoint
         layers = iterate(folder, args.layer or None)
     except ValueError as e:
-        print(f"cannot read the checkpoint: {e}")
+        print(f"cannot read the checkpoint: {e}", file=sys.stderr)
         return 2
     print(f"marlin-cupy demo: the layers of {kind.upper()} checkpoint {folder}, y = x @ W with "
           f"x [M={args.m}, K] fp16")
@@ -245,10 +245,10 @@ def checkpoint_part(args) -> int:
                   f"{'PASS' if r['passed'] else 'FAIL'}; {r['us']:.1f} us, FP16 "
                   f"{r['us_fp16']:.1f} us, {r['us_fp16'] / r['us']:.2f}x")
     except ValueError as e:
-        print(f"cannot read the checkpoint: {e}")
+        print(f"cannot read the checkpoint: {e}", file=sys.stderr)
         return 2
     ran = counts["layers"] - counts["skipped"] - counts["failed"]
-    print(f"{counts['layers']} layers: {ran} passed, {counts['failed']} failed, "
+    print(f"{counts['layers']} layer{'' if counts['layers'] == 1 else 's'}: {ran} passed, {counts['failed']} failed, "
           f"{counts['skipped']} not run" + (
               f"; summed {total:.1f} us against FP16's {total_fp16:.1f} us -> "
               f"{total_fp16 / total:.2f}x" if total > 0 else ""))
@@ -256,22 +256,35 @@ def checkpoint_part(args) -> int:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
     return value
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--k", type=int, default=4096, help="in_features (default 4096)")
-    ap.add_argument("--n", type=int, default=11008, help="out_features (default 11008)")
-    ap.add_argument("--m", type=int, default=16, help="batch rows of x (default 16)")
-    ap.add_argument("--group-size", type=int, default=128, help="quantization group (default 128)")
-    ap.add_argument("--reps", type=int, default=100, help="timed runs per kernel (default 100)")
+    ap = argparse.ArgumentParser(
+        prog="python -m marlin_cupy.demo", description=__doc__.split("\n")[0],
+        epilog="Without a GPU the kernel part is skipped and the output says why. Exit status: "
+               "0 when every step that ran passed, 1 when a result fails the accuracy rule or a "
+               "layer does not unpack to its codes, 2 for bad arguments or an unreadable "
+               "checkpoint.")
+    ap.add_argument("--k", type=_positive, default=4096,
+                    help="in_features (default 4096; a multiple of 16 and of the group size)")
+    ap.add_argument("--n", type=_positive, default=11008,
+                    help="out_features (default 11008; a multiple of 64)")
+    ap.add_argument("--m", type=_positive, default=16, help="batch rows of x (default 16)")
+    ap.add_argument("--group-size", type=int, default=128, choices=(32, 64, 128, -1),
+                    help="quantization group (default 128; -1: one per output channel)")
+    ap.add_argument("--reps", type=_positive, default=100,
+                    help="timed runs per kernel (default 100)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", metavar="FOLDER",
-                    help="run the steps on a GPTQ or AWQ checkpoint's layers instead")
+                    help="run the steps on a GPTQ or AWQ checkpoint's layers instead (--k, --n "
+                         "and --group-size are then the checkpoint's)")
     ap.add_argument("--format", choices=("auto", "gptq", "awq"), default="auto",
                     help="the checkpoint's format (default: from its config)")
     ap.add_argument("--layer", action="append", metavar="NAME",
@@ -281,6 +294,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.checkpoint is not None:
         return checkpoint_part(args)
+    if args.group_size != -1 and args.k % args.group_size:
+        ap.error(f"--k {args.k} is not a multiple of --group-size {args.group_size}")
+    if args.k % 16 or args.n % 64:
+        ap.error(f"the Marlin layout needs --k a multiple of 16 and --n a multiple of 64; got "
+                 f"--k {args.k}, --n {args.n}")
 
     print(f"marlin-cupy demo: one linear layer y = x @ W, W [K={args.k}, N={args.n}], "
           f"4-bit weights x fp16 activations")

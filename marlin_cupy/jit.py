@@ -37,10 +37,12 @@ _CUBIN_OPTIONS = ["--ptxas-options=-v"]
 def cuda_dir() -> Path:
     """Folder holding the kernel sources: ``cuda/`` in a source tree, package data when installed."""
     tree = Path(__file__).resolve().parent.parent / "cuda"
-    if tree.is_dir():
+    if (tree / "marlin.cu").is_file():
+        # A source tree. Installed, the folder beside the package is site-packages/cuda, which
+        # is another distribution's (CuPy's cuda-pathfinder installs a `cuda` package there).
         return tree
-    # Installed: cuda/ is the package data of marlin_cupy._cuda (a folder without __init__.py,
-    # so a namespace package whose __path__ names the folder).
+    # Installed: cuda/'s files are the package data of marlin_cupy._cuda (pyproject.toml's
+    # package-dir), whose __path__ names their folder.
     import importlib
     return Path(list(importlib.import_module("marlin_cupy._cuda").__path__)[0])
 

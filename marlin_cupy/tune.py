@@ -1194,14 +1194,16 @@ def main(argv=None) -> int:
         p.error("--keep-within needs --merge (the incumbents are TABLE's entries)")
     if a.keep_within < 0:
         p.error("--keep-within is a percentage, at least 0")
-    tested_table = None
-    if a.tested:
+    def read_table(option, path):
+        """A tuned table file given on the command line, or the parser's error (exit 2)."""
         try:
-            tested_table = json.loads(Path(a.tested).read_text())
+            table = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
-            p.error(f"--tested: cannot read {a.tested}: {e}")
-        if not tested_table.get("entries"):
-            p.error(f"--tested: {a.tested} holds no entries")
+            p.error(f"{option}: cannot read {path}: {e}")
+        if not isinstance(table, dict) or not table.get("entries") or "measurements" not in table:
+            p.error(f"{option}: {path} is not a tuned table (no entries or measurements)")
+        return table
+    tested_table = read_table("--tested", a.tested) if a.tested else None
 
     def restricted(table, allowed=lambda cfg: True) -> bool:
         """``restrict_to_tested`` on ``table`` in place, reported; False where it cannot."""
@@ -1215,7 +1217,7 @@ def main(argv=None) -> int:
         return True
     if a.reselect:
         path = Path(a.reselect)
-        table = json.loads(path.read_text())
+        table = read_table("--reselect", path)
         verdict = {}
 
         def allowed(cfg):
@@ -1247,12 +1249,15 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     for item in filter(None, a.shapes.split(";")):
-        k, n = (int(v) for v in item.split(","))
+        try:
+            k, n = (int(v) for v in item.split(","))
+        except ValueError:
+            p.error(f"--shapes: {item!r} is not K,N (integers; layers separated by ';')")
         shapes.append((k, n))
     shapes = list(dict.fromkeys(shapes))
     base = None
     if a.merge:
-        base = json.loads(Path(a.merge).read_text())
+        base = read_table("--merge", a.merge)
         base_gs = {e["group_size"] for e in base["entries"]}
         if base_gs != {a.group_size}:
             p.error(f"--merge: {a.merge} holds group sizes {sorted(base_gs)}, not {a.group_size}")

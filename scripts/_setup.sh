@@ -6,8 +6,8 @@
 # cupy-cuda12x[ctk] (NVRTC and CUDA headers included, about 3 GB). Override with
 # MARLIN_CUDA=cuda12|cuda13|none. Use another interpreter with PYTHON=/path/to/python.
 #
-# A stamp under build/ records what was installed (a hash of pyproject.toml, the interpreter and
-# the extras), so a second run skips pip entirely when nothing changed. On a machine without
+# A stamp under build/ records what was installed (a hash of pyproject.toml, the interpreter,
+# the extras and MARLIN_CUDA as given), so a second run skips pip entirely when nothing changed. On a machine without
 # network access (a GPU box) where pip cannot run but every needed module is already importable,
 # the scripts run from the source tree instead (PYTHONPATH).
 
@@ -29,8 +29,15 @@ PY
     extras="$1"
     [ "$cuda" != none ] && extras="${cuda}${extras:+,$extras}"
 
+    case "$cuda" in
+        cuda12|cuda13|none) ;;
+        *) echo "setup: MARLIN_CUDA=$cuda is not one of cuda12, cuda13, none." >&2; return 1 ;;
+    esac
+    # The stamp names what was asked for (MARLIN_CUDA as given, "auto" by default), not what
+    # "auto" resolved to: after a first run installed CuPy, auto resolves to "none", and the
+    # stamp must still match.
     local key stamp
-    key="$( { cat "$ROOT/pyproject.toml"; command -v "$PYTHON"; echo "$extras"
+    key="$( { cat "$ROOT/pyproject.toml"; command -v "$PYTHON"; echo "$1 ${MARLIN_CUDA:-auto}"
               "$PYTHON" -c 'import sys; print(sys.prefix)'; } | sha256sum | cut -c1-16)"
     stamp="$ROOT/build/.installed-$key"
     # The installed package must be this checkout (imported from outside it, so the source

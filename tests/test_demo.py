@@ -87,10 +87,10 @@ def test_demo_on_a_checkpoint(tmp_path, kind):
 def test_demo_on_chosen_layers_of_a_checkpoint(tmp_path):
     down, o_proj = small_checkpoint(tmp_path)
     rc, text = demo("--checkpoint", tmp_path, "--layer", o_proj, "--reps", 3)
-    assert rc == 0 and "1 layers: " in text and f"\n{o_proj} (" in text, text
+    assert rc == 0 and "1 layer: " in text and f"\n{o_proj} (" in text, text
     assert f"\n{down} (" not in text, text
     rc, text = demo("--checkpoint", tmp_path, "--max-layers", 1, "--reps", 3)
-    assert rc == 0 and "1 layers: " in text and f"\n{down} (" in text, text
+    assert rc == 0 and "1 layer: " in text and f"\n{down} (" in text, text
 
 
 @pytest.mark.parametrize("setup,match", [
@@ -146,8 +146,27 @@ def test_max_layers_stops_before_reading_the_next_layer(tmp_path):
     tensors[f"{o_proj}.scales"][0, 0] = float("inf")       # the second layer cannot be read
     save_file(tensors, str(tmp_path / "model.safetensors"))
     rc, text = demo("--checkpoint", tmp_path, "--max-layers", 1, "--reps", 3)
-    assert rc == 0 and "1 layers: 1 passed" in text and "cannot read" not in text, text
+    assert rc == 0 and "1 layer: 1 passed" in text and "cannot read" not in text, text
     rc, text = demo("--checkpoint", tmp_path, "--reps", 3)
     assert rc == 2 and f"cannot read the checkpoint: {o_proj}.scales" in text, text
     rc, text = demo("--checkpoint", tmp_path, "--max-layers", 0)
     assert rc == 2 and "--max-layers: must be at least 1; got 0" in text, text
+
+
+@pytest.mark.parametrize("args,match", [
+    (("--k", "100"), "--k 100 is not a multiple of --group-size 128"),
+    (("--k", "0"), "--k: must be at least 1; got 0"),
+    (("--k", "-128"), "--k: must be at least 1; got -128"),
+    (("--n", "100"), "needs --k a multiple of 16 and --n a multiple of 64"),
+    (("--m", "0"), "--m: must be at least 1; got 0"),
+    (("--reps", "0"), "--reps: must be at least 1; got 0"),
+    (("--group-size", "100"), "--group-size: invalid choice: 100"),
+    (("--k", "x"), "--k: must be an integer; got 'x'"),
+])
+def test_bad_arguments_are_usage_errors_not_tracebacks(args, match):
+    """Exit 2 with argparse's usage message (1 is for a failed accuracy check)."""
+    out = subprocess.run([sys.executable, "-m", "marlin_cupy.demo", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert match in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("usage: python -m marlin_cupy.demo"), out.stderr

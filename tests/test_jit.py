@@ -136,3 +136,27 @@ def test_line_directives_name_the_lines_of_the_expanded_source():
         assert lines[line - 1] == text, (current, line, text)
         line += 1
     assert set(files) >= {"marlin.cu", "marlin.cuh", "common.cuh"}
+
+
+def test_an_installed_package_finds_its_sources_beside_another_cuda_package(tmp_path):
+    """Installed (not editable), the kernel sources are the package data of marlin_cupy._cuda,
+    and site-packages/cuda is another distribution's (CuPy 14's cuda-pathfinder installs a
+    ``cuda`` package): the sources must come from the former. The layout is made as
+    pyproject.toml's package-dir and package-data make it (``pip install .``)."""
+    import shutil
+    import subprocess
+    import sys
+    site = tmp_path / "site"
+    shutil.copytree(jit.Path(jit.__file__).resolve().parent, site / "marlin_cupy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for source in jit.cuda_dir().glob("*.cu*"):
+        shutil.copy(source, site / "marlin_cupy" / "_cuda" / source.name)
+    (site / "cuda").mkdir()
+    (site / "cuda" / "__init__.py").write_text("")          # cuda-pathfinder's package
+    code = ("from marlin_cupy import jit; d = jit.cuda_dir(); "
+            "print(d); assert (d / 'marlin.cu').is_file(); jit.expand_source('marlin.cu')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(site),
+                                                      "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == str(site / "marlin_cupy" / "_cuda"), out.stdout

@@ -1064,3 +1064,19 @@ def test_slab_twins_of_80_and_112_rows():
     assert k("t256_m5_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws").problems() == []
     assert k("t256_m6_n16_k8_s4_g8_fp32par_sw10_wg_w32_ws").problems()
     assert k("t256_m7_n16_k8_s4_g8_fp32par_sw14_wg_ws").problems()   # 64-column warps: 224 accumulators
+
+
+@pytest.mark.parametrize("option", ["--reselect", "--tested"])
+@pytest.mark.parametrize("content,match", [
+    (None, "cannot read"), ("{not json", "cannot read"), ("{}", "is not a tuned table")])
+def test_table_arguments_that_cannot_be_read_are_usage_errors(tmp_path, capsys, option,
+                                                              content, match):
+    path = tmp_path / "table.json"
+    if content is not None:
+        path.write_text(content)
+    args = [option, str(path)] + (["--reselect", str(path)] if option == "--tested" else [])
+    with pytest.raises(SystemExit) as e:
+        tune.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option}: " in err and match in err and "Traceback" not in err, err

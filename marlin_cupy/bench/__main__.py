@@ -177,6 +177,14 @@ def file_stem(name, date: str, device_name: str, model: str | None = None) -> st
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    for name in args.config:              # a typo is told before the GPU is looked for
+        try:
+            from ..config import KernelConfig
+            KernelConfig.from_name(name)
+        except Exception as e:
+            print(f"marlin-cupy-bench: --config {name!r} is not a usable KernelConfig ({e}); nothing "
+                  f"was measured.", file=sys.stderr)
+            return EXIT_NOT_MEASURED
     reason = harness.gpu_unavailable_reason()
     if reason is not None:
         print(f"marlin-cupy-bench: no GPU is present ({reason}); nothing was measured.",
@@ -186,15 +194,6 @@ def main(argv=None) -> int:
     from .. import records
     from . import report
     from .sweep import SweepOptions, run_sweep
-
-    for name in args.config:
-        try:
-            from ..config import KernelConfig
-            KernelConfig.from_name(name)
-        except Exception as e:
-            print(f"marlin-cupy-bench: --config {name!r} is not a usable KernelConfig ({e}); nothing "
-                  f"was measured.", file=sys.stderr)
-            return EXIT_NOT_MEASURED
 
     sms = records.device_info()["sms"]
     try:
