@@ -33,6 +33,7 @@ import numpy as np
 
 import marlin_cupy as mc
 from marlin_cupy import records
+from marlin_cupy._cli import positive_int
 
 
 def _step(name: str):
@@ -255,16 +256,6 @@ def checkpoint_part(args) -> int:
     return 1 if counts["failed"] else 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
-    return value
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m marlin_cupy.demo", description=__doc__.split("\n")[0],
@@ -272,14 +263,14 @@ def main(argv=None) -> int:
                "0 when every step that ran passed, 1 when a result fails the accuracy rule or a "
                "layer does not unpack to its codes, 2 for bad arguments or an unreadable "
                "checkpoint.")
-    ap.add_argument("--k", type=_positive, default=4096,
+    ap.add_argument("--k", type=positive_int, default=4096,
                     help="in_features (default 4096; a multiple of 16 and of the group size)")
-    ap.add_argument("--n", type=_positive, default=11008,
+    ap.add_argument("--n", type=positive_int, default=11008,
                     help="out_features (default 11008; a multiple of 64)")
-    ap.add_argument("--m", type=_positive, default=16, help="batch rows of x (default 16)")
+    ap.add_argument("--m", type=positive_int, default=16, help="batch rows of x (default 16)")
     ap.add_argument("--group-size", type=int, default=128, choices=(32, 64, 128, -1),
                     help="quantization group (default 128; -1: one per output channel)")
-    ap.add_argument("--reps", type=_positive, default=100,
+    ap.add_argument("--reps", type=positive_int, default=100,
                     help="timed runs per kernel (default 100)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", metavar="FOLDER",
@@ -289,7 +280,7 @@ def main(argv=None) -> int:
                     help="the checkpoint's format (default: from its config)")
     ap.add_argument("--layer", action="append", metavar="NAME",
                     help="only this layer of the checkpoint (repeatable)")
-    ap.add_argument("--max-layers", type=_positive, metavar="N",
+    ap.add_argument("--max-layers", type=positive_int, metavar="N",
                     help="stop after N layers of the checkpoint (N >= 1)")
     args = ap.parse_args(argv)
     if args.checkpoint is not None:

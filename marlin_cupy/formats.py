@@ -697,15 +697,8 @@ def _iter_marlin_checkpoint(path_dir, names, config_path, cfg):
                              "inconsistent.")
     where = _index_tensors(path_dir, _MARLIN_TENSORS, base_name=cfg.get("model_file_base_name"),
                            key_role="B")
-    chosen = _chosen_layers(where, names, path_dir)
-
-    def layers():
-        for name in chosen:
-            labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _MARLIN_TENSORS}
-            labels["config"] = config_path
-            t = _read_layer(where, name, _MARLIN_TENSORS)
-            yield name, _from_marlin(t["B"], t["s"], group_size, labels)
-    return layers()
+    return _layers(where, _chosen_layers(where, names, path_dir), _MARLIN_TENSORS, config_path,
+                   lambda t, labels: _from_marlin(t["B"], t["s"], group_size, labels))
 
 
 def save_awq_checkpoint(path_dir, layers: dict) -> None:
@@ -758,15 +751,18 @@ def iter_awq_checkpoint(path_dir, names=None):
     if bits != 4:
         raise ValueError(f"{config_path} has bits={bits!r}; AWQ checkpoints are 4-bit.")
     where = _index_tensors(path_dir, _AWQ_TENSORS, base_name=cfg.get("model_file_base_name"))
-    chosen = _chosen_layers(where, names, path_dir)
+    return _layers(where, _chosen_layers(where, names, path_dir), _AWQ_TENSORS, config_path,
+                   lambda t, labels: _from_awq(t["qweight"], t["qzeros"], t["scales"],
+                                               group_size, labels))
 
-    def layers():
-        for name in chosen:
-            labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in _AWQ_TENSORS}
-            labels["config"] = config_path
-            t = _read_layer(where, name, _AWQ_TENSORS)
-            yield name, _from_awq(t["qweight"], t["qzeros"], t["scales"], group_size, labels)
-    return layers()
+
+def _layers(where, chosen, roles, config_path, build):
+    """``(name, build(tensors, labels))`` for each chosen layer, its tensors read as it is
+    reached; ``labels`` name each tensor with its file, and the config (errors say where)."""
+    for name in chosen:
+        labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in roles}
+        labels["config"] = config_path
+        yield name, build(_read_layer(where, name, roles), labels)
 
 
 def _for_layer(name, export, *args):

@@ -331,21 +331,12 @@ def write_report(out_dir: Path, results, notes) -> None:
     (out_dir / "compile_check.md").write_text(markdown(rows, notes, problems))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
-    return value
-
-
 def main(argv=None) -> int:
+    from marlin_cupy._cli import positive_int
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", action="append", help="architecture(s); default sm_80 and sm_90")
     ap.add_argument("--out", type=Path, help="folder for compile_check.json and .md")
-    ap.add_argument("--jobs", type=_positive, default=2, help="compile processes (default 2)")
+    ap.add_argument("--jobs", type=positive_int, default=2, help="compile processes (default 2)")
     ap.add_argument("--no-cache", action="store_true", help="recompile even if cached")
     ap.add_argument("--config", action="append", metavar="NAME",
                     help="only this kernel configuration (repeatable), every build of it")

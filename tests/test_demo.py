@@ -150,18 +150,18 @@ def test_max_layers_stops_before_reading_the_next_layer(tmp_path):
     rc, text = demo("--checkpoint", tmp_path, "--reps", 3)
     assert rc == 2 and f"cannot read the checkpoint: {o_proj}.scales" in text, text
     rc, text = demo("--checkpoint", tmp_path, "--max-layers", 0)
-    assert rc == 2 and "--max-layers: must be at least 1; got 0" in text, text
+    assert rc == 2 and "--max-layers: must be an integer >= 1; got 0" in text, text
 
 
 @pytest.mark.parametrize("args,match", [
     (("--k", "100"), "--k 100 is not a multiple of --group-size 128"),
-    (("--k", "0"), "--k: must be at least 1; got 0"),
-    (("--k", "-128"), "--k: must be at least 1; got -128"),
+    (("--k", "0"), "--k: must be an integer >= 1; got 0"),
+    (("--k", "-128"), "--k: must be an integer >= 1; got -128"),
     (("--n", "100"), "needs --k a multiple of 16 and --n a multiple of 64"),
-    (("--m", "0"), "--m: must be at least 1; got 0"),
-    (("--reps", "0"), "--reps: must be at least 1; got 0"),
+    (("--m", "0"), "--m: must be an integer >= 1; got 0"),
+    (("--reps", "0"), "--reps: must be an integer >= 1; got 0"),
     (("--group-size", "100"), "--group-size: invalid choice: 100"),
-    (("--k", "x"), "--k: must be an integer; got 'x'"),
+    (("--k", "x"), "--k: must be an integer >= 1; got 'x'"),
 ])
 def test_bad_arguments_are_usage_errors_not_tracebacks(args, match):
     """Exit 2 with argparse's usage message (1 is for a failed accuracy check)."""

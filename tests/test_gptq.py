@@ -29,16 +29,22 @@ def correlated_inputs(rng, k, samples, rank=None):
     return x * 10.0 ** rng.uniform(-0.5, 0.5, size=k)
 
 
-@st.composite
-def problems(draw):
-    """(w, hessian, bits, group_size, sym): K a multiple of the group size up to 256, N up to
-    48, hessians of correlated inputs, sometimes with inputs that never fire."""
+def draw_layer(draw):
+    """bits, group size, K (a multiple of the group size up to 256), N (up to 48), a NumPy
+    random generator."""
     bits = draw(st.sampled_from([4, 8]))
     group_size = draw(st.sampled_from([32, 64, 128, -1]))
     step = 16 if group_size == -1 else group_size
     k = step * draw(st.integers(1, 256 // step))
     n = draw(st.integers(1, 48))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return bits, group_size, k, n, np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+
+@st.composite
+def problems(draw):
+    """(w, hessian, bits, group_size, sym): hessians of correlated inputs, sometimes with
+    inputs that never fire."""
+    bits, group_size, k, n, rng = draw_layer(draw)
     w = rng.standard_normal((k, n)) * 10.0 ** rng.uniform(-3, 1)
     x = correlated_inputs(rng, k, samples=draw(st.sampled_from([k // 2 + 1, 2 * k])))
     if draw(st.booleans()):
@@ -153,12 +159,7 @@ def test_blocks_and_column_chunks_change_nothing(problem, act_order, static, chu
 
 @st.composite
 def diagonal_problems(draw):
-    bits = draw(st.sampled_from([4, 8]))
-    group_size = draw(st.sampled_from([32, 64, 128, -1]))
-    step = 16 if group_size == -1 else group_size
-    k = step * draw(st.integers(1, 256 // step))
-    n = draw(st.integers(1, 48))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    bits, group_size, k, n, rng = draw_layer(draw)
     w = (rng.standard_normal((k, n)) * 10.0 ** rng.uniform(-3, 2)).astype(
         draw(st.sampled_from([np.float16, np.float32, np.float64])))
     d = 10.0 ** rng.uniform(-3, 3, size=k)

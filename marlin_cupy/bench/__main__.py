@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from .._cli import at_least, positive_int
 from . import harness, providers, shapes
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_MEASURED = 0, 1, 2
@@ -35,24 +36,8 @@ def _non_negative_float(text):
     return v
 
 
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _non_negative_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return v
+_positive_int = positive_int
+_non_negative_int = at_least(0)
 
 
 def _typed(parse, what):
