@@ -349,8 +349,9 @@ class MarlinWeight:
             if not host and not a.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous on the device (the kernel reads "
                                  "it as raw memory); pass cupy.ascontiguousarray(...).")
-            if not host:
+            if not host and a.size:
                 # The kernel reads qweight, scales and zeros as 16-byte vectors, all on one GPU.
+                # (An empty array holds no memory to check: N = 0 or K = 0 launches nothing.)
                 device, home = a.data.device_id, self.qweight.data.device_id
                 if device != home:
                     raise ValueError(f"{name} lives on GPU {device} but qweight on GPU {home}; "
