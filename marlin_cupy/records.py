@@ -94,7 +94,11 @@ def gpu_unavailable_reason():
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDARuntimeError: no driver, no device, insufficient driver
-        return f"CUDA reports no usable device ({type(e).__name__}: {e})"
+        reason = f"CUDA reports no usable device ({type(e).__name__}: {e})"
+        if "InsufficientDriver" in str(e) and not os.path.exists("/proc/driver/nvidia"):
+            # With no driver at all the runtime reports an "insufficient" one.
+            reason += "; no NVIDIA driver is loaded on this machine"
+        return reason
     if count == 0:
         return "CUDA reports 0 devices"
     return None

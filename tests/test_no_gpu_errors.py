@@ -98,3 +98,25 @@ def test_a_cuda_error_is_not_taken_for_a_bad_tensor(monkeypatch):
     monkeypatch.setattr(cp, "from_dlpack", lambda x: x.__dlpack__())
     with pytest.raises(FakeCudaError):
         ops._as_cupy(NoView(FakeCudaError("cudaErrorInsufficientDriver")), "x")
+
+
+@pytest.mark.parametrize("driver_loaded", [False, True])
+def test_no_driver_at_all_is_named(monkeypatch, driver_loaded):
+    """With no NVIDIA driver, the CUDA runtime reports an "insufficient" one, which reads as
+    an old driver: the reason says what is true."""
+    import os
+    import sys
+    import types
+
+    from marlin_cupy import records
+
+    def count():
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient "
+                           "for CUDA runtime version")
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=count)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(os.path, "exists", lambda p: driver_loaded and p == "/proc/driver/nvidia")
+    reason = records.gpu_unavailable_reason()
+    assert reason.startswith("CUDA reports no usable device (RuntimeError: cudaErrorInsufficient")
+    assert reason.endswith("no NVIDIA driver is loaded on this machine") != driver_loaded
