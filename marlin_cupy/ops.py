@@ -633,6 +633,11 @@ class Plan(NamedTuple):
 FP16_REDUCE_MAX_SHARERS = 4
 
 
+#: The most units (k-tile x n-tile x slab) one launch may have: the kernel's int32 stripe ends
+#: reach grid * ceil(units / grid), at most units + grid, and grids stay far below 2^20.
+UNITS_MAX = (1 << 31) - 1 - (1 << 20)
+
+
 def fp16_reduce_grid(units: int, k_tiles: int, grid: int,
                      max_sharers: int = FP16_REDUCE_MAX_SHARERS) -> int:
     """A grid, at most ``grid``, on which no column is shared by more than ``max_sharers`` CTAs:
@@ -684,6 +689,14 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
     parallel = -(-m // cfg.tile_m)
     units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
+    if units > UNITS_MAX:
+        # The kernel counts units in 32-bit ints (stripe ends reach grid * ceil(units / grid)):
+        # past this, stripes wrap and columns go uncomputed, silently.
+        raise ValueError(f"M={m}, N={n}, K={k} with config {cfg.name} is {units} tiles of work, "
+                         f"more than the kernel's 32-bit unit counter takes ({UNITS_MAX}); "
+                         f"split x into batches of at most "
+                         f"{UNITS_MAX // ((k // cfg.tile_k) * (n // cfg.tile_n)) * cfg.tile_m} "
+                         f"rows, or use a config with larger tiles.")
     # The group scale inside the unpacking: the same bits as the two-step form, for weights
     # whose scales allow it, on the instances that have it (NOTES.md entry 87).
     override = None if pdl else _overrides.get((device_id, cfg.compiled, has_zp))

@@ -652,3 +652,26 @@ def test_the_fast_path_leaves_a_tensor_that_requires_grad_to_the_checked_path(fa
         x.requires_grad, out.requires_grad = grad_x, grad_out
         assert ops._fast_matmul(x, mw, out, None, None, None, False, None) is ops._MISS
     assert len(fast.sent) == 1
+
+
+def test_a_launch_past_the_kernels_32_bit_unit_counter_is_refused(monkeypatch):
+    """The smallest forced tile, 16 x 128 x 64, at N = 57344, K = 28672: M = 171185 is more
+    units than the kernel's int32 stripe arithmetic holds (a review found columns would go
+    uncomputed, silently); the default tiles need M in the millions. Refused before any
+    kernel is built; one row fewer of slabs plans on."""
+    from marlin_cupy.config import KernelConfig
+    cfg = KernelConfig.from_name("t128_m1_n8_k4_s6_g8_fp32")
+    monkeypatch.setattr(ops, "device_facts", lambda device_id: {
+        "sms": 132, "smem_optin": 232448, "smem_per_sm": 233472, "smem_reserved": 1024,
+        "cc": "90", "name": "NVIDIA H200"})
+    built = []
+    monkeypatch.setattr(ops, "_kernel", lambda *a: built.append(a) or (_ for _ in ()).throw(
+        Planned(a)))
+    per_slab = (28672 // cfg.tile_k) * (57344 // cfg.tile_n)
+    m_bad = (ops.UNITS_MAX // per_slab + 1) * cfg.tile_m
+    with pytest.raises(ValueError, match=r"more than the kernel's 32-bit unit counter .*split x "
+                                         r"into batches of at most \d+ rows"):
+        ops._plan_uncached(0, m_bad, 57344, 28672, 128, False, cfg, None)
+    assert built == []
+    with pytest.raises(Planned):                     # within the limit: on to the kernel
+        ops._plan_uncached(0, m_bad - cfg.tile_m, 57344, 28672, 128, False, cfg, None)
