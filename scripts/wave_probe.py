@@ -43,8 +43,10 @@ from marlin_cupy.records import environment  # noqa: E402
 def never_waits(cfg) -> bool:
     """Whether a config's CTAs never wait on another CTA (so the grid may exceed residency):
     the parallel reduction's last-arriver sum, not the shared sum of tiles from 32 rows (48
-    before NOTES.md entry 64)."""
-    return bool(cfg.parallel_reduce) and cfg.tile_m < 32 and not cfg.dyn_chunk
+    before NOTES.md entry 64), and not the early-bottom (``_eb``) or top-sum (``_ts``) builds,
+    whose CTAs wait for each other's words (cuda/marlin.cuh, early_slot and top_sum)."""
+    return (bool(cfg.parallel_reduce) and cfg.tile_m < 32 and not cfg.dyn_chunk
+            and not cfg.early_bottom and not cfg.top_sum)
 
 
 class scaled_sms:
