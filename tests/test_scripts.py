@@ -559,6 +559,10 @@ def test_wave_probe_oversubscribes_only_configs_that_never_wait():
     assert not never_waits(KernelConfig.from_name("t256_m2_n16_k8_s6_g8_fp32par_sw4_wg_w32_ws"))
     assert not never_waits(KernelConfig.from_name("t256_m1_n8_k16_s6_g8_fp32"))
     assert not never_waits(KernelConfig.from_name("t256_m4_n16_k8_s6_g8_fp32par_sw8_wg_w32_ws"))
+    # The early-bottom and top-sum builds wait for each other's words (a review, session 60).
+    from marlin_cupy.config import EARLY_BOTTOM_EXAMPLES, TOP_SUM_EXAMPLES
+    for cfg in (*EARLY_BOTTOM_EXAMPLES, *TOP_SUM_EXAMPLES):
+        assert not never_waits(cfg), cfg.name
     assert not never_waits(KernelConfig.from_name("t256_m1_n16_k8_s4_g8_fp32par_sw1_b2")
                            .with_(dyn_chunk=8))
 
