@@ -1,11 +1,15 @@
 """pytest set-up shared by tests/ and the benchmarks/ suites: the ``gpu`` marker and its skip.
 
 Tests that need a GPU carry ``@pytest.mark.gpu``; on a machine without a usable GPU they are
-skipped with the reason (CuPy missing, no driver, zero devices), never silently passed.
+skipped with the reason (CuPy missing, no driver, zero devices), never silently passed. With
+``MARLIN_CUPY_REQUIRE_GPU=1`` (``scripts/device_check.py`` sets it on a machine with an NVIDIA
+driver) a run that would skip them stops with an error instead: a broken CuPy on a GPU machine
+must not read as a green GPU suite.
 """
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -30,6 +34,9 @@ def pytest_collection_modifyitems(config, items):
     reason = gpu_skip_reason()
     if reason is None:
         return
+    if os.environ.get("MARLIN_CUPY_REQUIRE_GPU") == "1":
+        pytest.exit(f"MARLIN_CUPY_REQUIRE_GPU=1, but no GPU is usable for the {len(gpu_items)} "
+                    f"gpu-marked tests: {reason}", returncode=3)
     skip = pytest.mark.skip(reason=f"no usable GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
@@ -69,8 +76,10 @@ def _workspace_locks_zero_after_gpu_tests(request):
     from marlin_cupy import ops
     try:
         cp.cuda.Device().synchronize()
-    except cp.cuda.runtime.CUDARuntimeError:
-        return                  # the test's own failure says what broke the device
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        # An error the test's own work left on the device (asynchronous: it may surface only
+        # here); passing would hand it to the next test.
+        pytest.fail(f"the device reported an error after the test: {e}", pytrace=False)
     left = ops.locks_left()
     if left:
         for device in {entry[0] for entry in left}:

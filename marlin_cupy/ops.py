@@ -394,7 +394,8 @@ def locks_left(device_id: int | None = None) -> list:
             nonzero = cp.flatnonzero(ws.locks)
             if nonzero.size:
                 first = [int(i) for i in cp.asnumpy(nonzero[:8])]
-                left.append((dev, stream_ptr, bool(captured), int(nonzero.size), first))
+                handle = stream_ptr[0] if isinstance(stream_ptr, tuple) else stream_ptr
+                left.append((dev, handle, bool(captured), int(nonzero.size), first))
     return left
 
 

@@ -213,6 +213,10 @@ def stage_pytest(out: Path, budget: Budget) -> tuple:
     warm = [sys.executable, "-c", "import os; from marlin_cupy import kernels; "
             "print('warmed', kernels.warm_instantiated(os.cpu_count() or 4))"]
     run_logged(warm, out / "logs" / "warm_cache.log", budget.clamp(240))
+    if os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi"):
+        # A GPU machine: gpu-marked tests that would skip (a broken CuPy, say) stop pytest with
+        # an error instead of reading as a pass (conftest.py).
+        os.environ.setdefault("MARLIN_CUPY_REQUIRE_GPU", "1")
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-ra", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *shlex.split(os.environ.get("PYTEST_ARGS", ""))]
     run = run_logged(cmd, out / "logs" / "pytest_gpu.log",

@@ -116,3 +116,26 @@ def test_the_markdown_says_why_a_sanitizer_count_is_missing():
     md = device_check.markdown(rec)
     assert "memcheck 0 errors, racecheck incomplete: no summary printed, exit 1" in md
     assert "-1 errors" not in md
+
+
+def test_a_gpu_machine_that_would_skip_the_gpu_tests_stops_instead(monkeypatch):
+    """conftest.py: with MARLIN_CUPY_REQUIRE_GPU=1 (device_check.py sets it where an NVIDIA
+    driver is), gpu-marked tests that would be skipped (a broken CuPy on a GPU machine) stop
+    the run with an error; without it they are skipped with the reason."""
+    import importlib.util
+    import types
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "conftest.py"
+    spec = importlib.util.spec_from_file_location("root_conftest_under_test", root)
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    monkeypatch.setattr(conftest, "gpu_skip_reason", lambda: "CuPy is not importable (boom)")
+    marked = []
+    item = types.SimpleNamespace(keywords={"gpu": True}, add_marker=marked.append)
+    monkeypatch.delenv("MARLIN_CUPY_REQUIRE_GPU", raising=False)
+    conftest.pytest_collection_modifyitems(None, [item])
+    assert marked and "no usable GPU: CuPy is not importable (boom)" in str(marked[0].kwargs)
+    monkeypatch.setenv("MARLIN_CUPY_REQUIRE_GPU", "1")
+    with pytest.raises(pytest.exit.Exception, match="MARLIN_CUPY_REQUIRE_GPU=1, but no GPU is "
+                                                    "usable for the 1 gpu-marked tests"):
+        conftest.pytest_collection_modifyitems(None, [item])

@@ -115,6 +115,13 @@ def test_locks_left_names_the_workspaces_with_non_zero_locks(monkeypatch):
                                              (1, 0, False): unused})
     assert ops.locks_left() == [(0, 0x5a, True, 3, [128, 129, 2175])]
     assert ops.locks_left(device_id=1) == []
+    # The per-thread default stream's workspaces are keyed by (handle, thread): the handle is
+    # what is reported.
+    ptds = types.SimpleNamespace(locks=np.zeros(8, np.int32))
+    ptds.locks[3] = 1
+    ops._workspaces[(0, (ops.PER_THREAD_STREAM, 12345), False)] = ptds
+    assert (0, ops.PER_THREAD_STREAM, False, 1, [3]) in ops.locks_left()
+    ptds.locks[:] = 0
     dirty.locks[:] = 0
     assert ops.locks_left() == []
 

@@ -1184,6 +1184,39 @@ class TestSecondReview:
         ok = QuantizedWeight(q, np.full((1, 8), 8188, np.float16), None, None, 4, 64)
         assert ok.dequantize().min() == -8 * 8188.0
 
+    @pytest.mark.parametrize("zero,code", [(0, 15), (15, 0)])
+    def test_asymmetric_weights_past_float16_are_refused(self, zero, code):
+        """Zero point 0 and code 15 (or 15 and 0) at scale 5000: 75000, inf in float16."""
+        q = np.full((64, 8), zero, np.uint8)
+        q[7, 5] = code
+        zeros = np.full((1, 8), zero, np.uint8)
+        with pytest.raises(ValueError, match=r"row 7, column 5 dequantizes to 75000"):
+            QuantizedWeight(q, np.full((1, 8), 5000, np.float16), zeros, None, 4, 64)
+
+    def test_the_overflow_check_reaches_the_last_rows(self):
+        """The exact check goes through the rows in chunks of about 4M values: a group past
+        float16 at the very end of a tall layer is found."""
+        k, n = 131072, 64                                     # two chunks of 65536 rows
+        q = np.full((k, n), 8, np.uint8)
+        q[k - 1, 3] = 0                                       # (0 - 8) * 10000 = -80000
+        scales = np.full((k // 128, n), 0.01, np.float16)
+        scales[-1] = 10000
+        with pytest.raises(ValueError, match=rf"row {k - 1}, column 3 dequantizes to 80000"):
+            QuantizedWeight(q, scales, None, None, 4, 128)
+
+    def test_the_v1_wrap_check_at_8_bits(self):
+        # 8-bit zeros, 4 per word: zero 0 in column 1 written as an unmasked -1 sets columns
+        # 1..3 to 0xFF.
+        zeros = [9, 0, 200, 17]
+        word = np.uint32(0)
+        for j, z in enumerate(zeros):
+            word |= np.uint32(np.int64(z - 1) & 0xFFFFFFFF) << np.uint32(8 * j)
+        qzeros = np.array([[word]], np.uint32).view(np.int32)
+        with pytest.raises(ValueError, match=r"stores 255 .* column 1 and for every column "
+                                             r"above it in the word \(2\.\.3"):
+            from_gptq(np.zeros((4, 4), np.int32), qzeros, np.ones((1, 4), np.float16), bits=8,
+                      sym=False)
+
     def test_bits_must_be_an_integer(self):
         t = to_gptq(layers_for()[Q])
         with pytest.raises(ValueError, match=r"bits must be an integer \(4 or 8\); got 4\.0"):

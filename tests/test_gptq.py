@@ -237,13 +237,23 @@ def test_result_packs_and_is_exported():
     assert mc.unpack(mc.pack(qw)).equals(qw)
 
 
-def test_a_float32_hessian_from_a_gemm_is_accepted():
+def test_a_nearly_symmetric_hessian_is_symmetrized_and_a_skewed_one_refused():
+    """X^T X from a float32 GEMM need not be bitwise symmetric (blocked sums): differences up
+    to 1e-5 of max|H| are taken as rounding and H symmetrized; more is refused as not X^T X."""
     rng = np.random.default_rng(5)
-    x = correlated_inputs(rng, 128, samples=300).astype(np.float32)
-    h = x.T @ x                                            # float32, maybe not bitwise symmetric
+    x = correlated_inputs(rng, 128, samples=300)
+    h = x.T @ x
     w = rng.standard_normal((128, 64))
-    qw = quantize_gptq(w, h, group_size=32)
-    assert qw.q.shape == (128, 64)
+    skew = np.triu(rng.standard_normal((128, 128)), 1)
+    skew = (skew - skew.T) * np.abs(h).max()               # antisymmetric, ~max|H|
+    base = quantize_gptq(w, h, group_size=32)
+    rounding = h + 1e-7 * skew
+    assert not np.array_equal(rounding, rounding.T)
+    assert quantize_gptq(w, rounding, group_size=32).equals(
+        quantize_gptq(w, (rounding + rounding.T) / 2, group_size=32))
+    assert quantize_gptq(w, rounding, group_size=32).q.shape == base.q.shape
+    with pytest.raises(ValueError, match="hessian is not symmetric"):
+        quantize_gptq(w, h + 1e-4 * skew, group_size=32)
 
 
 class TestBadInputs:
@@ -352,7 +362,9 @@ def test_gptq_weights_through_the_kernel(gpu_device, act_order):
                                             act_order=act_order))):
         deq = qw.dequantize().astype(np.float64)
         ref = held.astype(np.float64) @ deq
-        y = cp.asnumpy(mc.matmul(cp.asarray(held), mc.pack(qw).to_device())).astype(np.float64)
+        out = cp.full((held.shape[0], n), np.nan, dtype=cp.float16)   # poison
+        mc.matmul(cp.asarray(held), mc.pack(qw).to_device(), out=out)
+        y = cp.asnumpy(out).astype(np.float64)
         cublas = cp.asnumpy(cp.matmul(cp.asarray(held), cp.asarray(deq.astype(np.float16))))
         err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
         err_cublas = np.linalg.norm(cublas.astype(np.float64) - ref) / np.linalg.norm(ref)

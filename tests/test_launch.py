@@ -32,12 +32,13 @@ def _device_array(address, shape, dtype):
     return cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(memory, 0))
 
 
-def _weight(k=K, n=N, group_size=128, qweight=None):
-    """A 4-bit symmetric MarlinWeight on the (made-up) device."""
+def _weight(k=K, n=N, group_size=128, qweight=None, zeros=False):
+    """A 4-bit MarlinWeight on the (made-up) device, symmetric unless ``zeros``."""
     g = 1 if group_size == -1 else k // group_size
     if qweight is None:
         qweight = _device_array(0x1000000, (k // 16, 2 * n), np.int32)
-    return MarlinWeight(qweight, _device_array(0x2000000, (g, n), np.float16), None, None, 4,
+    z = _device_array(0x3000000, (g, n // 8), np.int32) if zeros else None
+    return MarlinWeight(qweight, _device_array(0x2000000, (g, n), np.float16), z, None, 4,
                         group_size, k, n)
 
 
@@ -116,9 +117,9 @@ def test_out_overlapping_x_is_refused(checked, shift):
     assert checked.planned == []
 
 
-@pytest.mark.parametrize("where", ["qweight", "scales"])
+@pytest.mark.parametrize("where", ["qweight", "scales", "zeros"])
 def test_out_overlapping_the_weight_is_refused(checked, where):
-    mw = _weight()
+    mw = _weight(zeros=True)
     x = _device_array(0x4000000, (M, K), np.float16)
     out = _device_array(getattr(mw, where).data.ptr + 16, (M, N), np.float16)
     with pytest.raises(ValueError, match=f"out overlaps the weight's {where}"):
@@ -237,10 +238,11 @@ def fast(monkeypatch):
             locks = ws.locks = _device_array(0x9000000, (132,), np.int32)
             scratch = ws.scratch = _device_array(0xA000000, (4096,), np.float32)
         m, k = x.shape
-        args = (x, mw.qweight, mw.scales, mw.scales, out, scratch, locks, np.int32(m),
+        zeros = mw.zeros if mw.zeros is not None else mw.scales   # as _matmul_checked passes
+        args = (x, mw.qweight, mw.scales, zeros, out, scratch, locks, np.int32(m),
                 np.int32(mw.n), np.int32(k), np.int32(1))
-        arrays = (ops._address(mw.qweight), ops._address(mw.scales), None, None,
-                  mw.group_size)
+        arrays = (ops._address(mw.qweight), ops._address(mw.scales), ops._address(mw.zeros),
+                  None, mw.group_size)
         ops._prepare(ops._fast_key(0, 0, stream.ptr, mw, x, out, False, None, None, None),
                      mw, arrays, plan, ws, locks, scratch, args, stream.ptr, (m, mw.n), False,
                      ops._plan.generation)
@@ -307,9 +309,9 @@ def test_the_fast_path_leaves_out_overlapping_x_to_the_checked_path(fast, shift)
     assert fast.sent == []
 
 
-@pytest.mark.parametrize("where", ["qweight", "scales"])
+@pytest.mark.parametrize("where", ["qweight", "scales", "zeros"])
 def test_the_fast_path_leaves_out_overlapping_the_weight_to_the_checked_path(fast, where):
-    mw = _weight()
+    mw = _weight(zeros=True)
     x = _device_array(0x4000000, (M, K), np.float16)
     fast.prepare(mw, x, _device_array(0x5000000, (M, N), np.float16))
     out = _device_array(getattr(mw, where).data.ptr, (M, N), np.float16)

@@ -146,6 +146,15 @@ class TestMarlinWeightChecks:
         with pytest.raises(ValueError, match=rf"{name} lives on GPU 1"):
             setattr(mw, name, DeviceArray(good[name], device_id=1))
 
+    def test_empty_device_arrays_hold_no_memory_to_check(self):
+        """N = 0: every array is empty (CuPy gives empty arrays no real address), and the
+        weight is accepted (matmul then launches nothing)."""
+        arrays = dict(qweight=np.zeros((16, 0), np.int32), scales=np.zeros((2, 0), np.float16),
+                      zeros=None, perm=None, bits=4, group_size=128, k=256, n=0)
+        shifted = {**arrays, "qweight": DeviceArray(arrays["qweight"], shift=8),
+                   "scales": DeviceArray(arrays["scales"], device_id=1, shift=2)}
+        assert MarlinWeight(**shifted).on_device
+
     def test_non_contiguous_device_array_refused(self, good):
         wide = np.zeros((good["qweight"].shape[0], 2 * good["qweight"].shape[1]), np.int32)
         strided = wide[:, ::2]
