@@ -917,14 +917,17 @@ __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t
   return r;
 }
 
+// The "memory" clobbers keep the compiler from moving other memory accesses across the
+// acquire or the release (the hardware ordering the PTX gives is no use if the compiler has
+// already reordered); the barriers beside each use did that alone before.
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
-  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.global.release.gpu.b32 [%0], %1;\n" ::"l"(p), "r"(v));
+  asm volatile("st.global.release.gpu.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 // Returns the old value; acquire and release at GPU scope (PTX ISA, atom: .sem = .acq_rel).
