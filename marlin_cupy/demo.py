@@ -249,7 +249,8 @@ def checkpoint_part(args) -> int:
         print(f"cannot read the checkpoint: {e}", file=sys.stderr)
         return 2
     ran = counts["layers"] - counts["skipped"] - counts["failed"]
-    print(f"{counts['layers']} layer{'' if counts['layers'] == 1 else 's'}: {ran} passed, {counts['failed']} failed, "
+    plural = "" if counts["layers"] == 1 else "s"
+    print(f"{counts['layers']} layer{plural}: {ran} passed, {counts['failed']} failed, "
           f"{counts['skipped']} not run" + (
               f"; summed {total:.1f} us against FP16's {total_fp16:.1f} us -> "
               f"{total_fp16 / total:.2f}x" if total > 0 else ""))

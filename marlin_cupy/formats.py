@@ -187,26 +187,23 @@ def _check_shape(x: np.ndarray, expected: tuple, name: str, meaning: str) -> Non
 def _resolve_group_size(k: int, g: int, group_size, scales_name: str, config=None) -> int:
     """Group size of a weight with K rows and G groups; ``group_size`` is the caller's or None,
     or, with ``config`` (its path), the checkpoint config's, which a disagreement then blames."""
-    if config is not None:
-        try:
-            return _resolve_group_size(k, g, group_size, scales_name)
-        except ValueError as e:
-            if "Pass" not in str(e):
-                raise
-            raise ValueError(f"{config} says group_size={group_size!r}, but {scales_name} has "
-                             f"G={g} rows for K={k}: the checkpoint and its config disagree "
-                             f"(the shapes alone give "
-                             f"{-1 if g == 1 else k // g if k % g == 0 else 'no group size'})."
-                             ) from None
+    def mismatch(advice: str) -> ValueError:
+        if config is None:
+            return ValueError(advice)
+        return ValueError(f"{config} says group_size={group_size!r}, but {scales_name} has G={g} "
+                          f"rows for K={k}: the checkpoint and its config disagree (the shapes "
+                          f"alone give "
+                          f"{-1 if g == 1 else k // g if k % g == 0 else 'no group size'}).")
+
     if group_size is not None and (isinstance(group_size, bool)
                                    or not isinstance(group_size, (int, np.integer))):
         raise ValueError(f"group_size must be an int or None; got {group_size!r}.")
     if g == 1:
         if group_size is None or group_size == -1 or group_size >= k:
             return -1
-        raise ValueError(f"{scales_name} has G=1 row, so one group spans K={k}, which does not "
-                         f"match group_size={group_size}. Pass group_size=-1 (or None to infer "
-                         "it from the shapes).")
+        raise mismatch(f"{scales_name} has G=1 row, so one group spans K={k}, which does not "
+                       f"match group_size={group_size}. Pass group_size=-1 (or None to infer "
+                       "it from the shapes).")
     partial = _partial_group_size(k, g, group_size)
     if partial is not None:
         exact = (f" (read as {g} equal groups, group_size={k // g} is not supported either)"
@@ -222,9 +219,9 @@ def _resolve_group_size(k: int, g: int, group_size, scales_name: str, config=Non
                              f"has {g} rows); the tensors are inconsistent.")
         group_size = k // g
     elif group_size <= 0 or k % group_size or k // group_size != g:
-        raise ValueError(f"group_size={group_size} does not split K={k} into the G={g} groups "
-                         f"that {scales_name} has rows for. Pass the checkpoint's group size, or "
-                         "None to infer it from the shapes.")
+        raise mismatch(f"group_size={group_size} does not split K={k} into the G={g} groups "
+                       f"that {scales_name} has rows for. Pass the checkpoint's group size, or "
+                       "None to infer it from the shapes.")
     if group_size not in SUPPORTED_GROUP_SIZES:
         raise ValueError(f"group_size={group_size} (K={k}, G={g}) is not supported; supported: "
                          f"{SUPPORTED_GROUP_SIZES}.")
@@ -599,7 +596,8 @@ def load_gptq_checkpoint(path_dir, names=None) -> dict:
     other tensors must be present (``g_idx`` may be absent unless ``desc_act`` is true).
     Marlin-format checkpoints (``checkpoint_format`` ``"marlin"`` or ``is_marlin_format``:
     4-bit, symmetric) are read too: a layer is every ``<name>.B``, with its ``<name>.s``
-    (the module docstring); 2:4 sparse ones (``"marlin_24"``) are refused. The tensors are read from the file the config's
+    (the module docstring); 2:4 sparse ones (``"marlin_24"``) are refused. The tensors are
+    read from the file the config's
     ``model_file_base_name`` names (AutoGPTQ's ``gptq_model-4bit-128g.safetensors``, say) or
     the shards of its ``.safetensors.index.json``, else ``model.safetensors`` or the shards of
     ``model.safetensors.index.json``, else (when the config names no file) the folder's only
@@ -627,9 +625,7 @@ def iter_gptq_checkpoint(path_dir, names=None):
     method = _config_word(cfg, "quant_method", "gptq", config_path)
     fmt = _config_word(cfg, "checkpoint_format", "gptq", config_path)
     _refuse_dynamic(cfg, config_path)
-    legacy = cfg.get("is_marlin_format", None)
-    if legacy is not None and not isinstance(legacy, bool):
-        raise ValueError(f"{config_path}: is_marlin_format must be true or false; got {legacy!r}.")
+    legacy = _config_flag(cfg, "is_marlin_format", config_path)
     if fmt == "marlin_24":
         raise ValueError(f"{config_path} describes a 2:4 sparse Marlin checkpoint "
                          "(checkpoint_format='marlin_24'); this project has no sparse kernel "
@@ -648,36 +644,27 @@ def iter_gptq_checkpoint(path_dir, names=None):
         raise ValueError(f"{config_path} has checkpoint_format={fmt!r}; supported: {GPTQ_FORMATS}.")
     bits, group_size = _config_bits_group(cfg, config_path)
     _check_bits_in_config(bits, config_path)
-    sym = cfg.get("sym", True)
-    desc_act = cfg.get("desc_act", None)
+    sym, desc_act = cfg.get("sym", True), _config_flag(cfg, "desc_act", config_path)
     if sym is None:
         raise ValueError(f"{config_path}: sym is null; set it to true or false (AutoGPTQ's "
                          "default, when the key is absent, is true).")
-    for key, value in (("sym", sym), ("desc_act", desc_act)):
-        if value is not None and not isinstance(value, bool):
-            raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
+    _config_flag(cfg, "sym", config_path)
     where = _index_tensors(path_dir, _GPTQ_TENSORS, optional=("g_idx",),
                            base_name=cfg.get("model_file_base_name"))
-    chosen = _chosen_layers(where, names, path_dir)
 
-    def layers():
-        for name in chosen:
-            home = where[f"{name}.qweight"]
-            labels = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})"
-                      for r in _GPTQ_TENSORS}
-            labels["config"] = config_path
-            t = _read_layer(where, name, _GPTQ_TENSORS)
-            if "g_idx" not in t and desc_act:
-                raise ValueError(f"{labels['g_idx']} is missing, but {config_path} says "
-                                 "desc_act=true (act-order needs g_idx).")
-            qw = _from_gptq(t["qweight"], t["qzeros"], t["scales"], t.get("g_idx"), bits, sym,
-                            group_size, fmt, labels)
-            if qw.g_idx is not None and desc_act is False:
-                raise ValueError(f"{labels['g_idx']} is not the default k // group_size, but "
-                                 f"{config_path} says desc_act=false. The checkpoint is "
-                                 "inconsistent.")
-            yield name, qw
-    return layers()
+    def build(t, labels):
+        if "g_idx" not in t and desc_act:
+            raise ValueError(f"{labels['g_idx']} is missing, but {config_path} says "
+                             "desc_act=true (act-order needs g_idx).")
+        qw = _from_gptq(t["qweight"], t["qzeros"], t["scales"], t.get("g_idx"), bits, sym,
+                        group_size, fmt, labels)
+        if qw.g_idx is not None and desc_act is False:
+            raise ValueError(f"{labels['g_idx']} is not the default k // group_size, but "
+                             f"{config_path} says desc_act=false. The checkpoint is "
+                             "inconsistent.")
+        return qw
+    return _layers(where, _chosen_layers(where, names, path_dir), _GPTQ_TENSORS, config_path,
+                   build)
 
 
 def _iter_marlin_checkpoint(path_dir, names, config_path, cfg):
@@ -688,9 +675,7 @@ def _iter_marlin_checkpoint(path_dir, names, config_path, cfg):
                          "the Marlin format holds 4-bit codes.")
     for key, bad, why in (("sym", False, "symmetric weights (zero point 8)"),
                           ("desc_act", True, "no act-order (no g_idx)")):
-        value = cfg.get(key, None)
-        if value is not None and not isinstance(value, bool):
-            raise ValueError(f"{config_path}: {key} must be true or false; got {value!r}.")
+        value = _config_flag(cfg, key, config_path)
         if value is bad:
             raise ValueError(f"{config_path} says {key}={str(value).lower()} for a "
                              f"Marlin-format checkpoint, which holds {why}; the config is "
@@ -758,9 +743,11 @@ def iter_awq_checkpoint(path_dir, names=None):
 
 def _layers(where, chosen, roles, config_path, build):
     """``(name, build(tensors, labels))`` for each chosen layer, its tensors read as it is
-    reached; ``labels`` name each tensor with its file, and the config (errors say where)."""
+    reached; ``labels`` name each tensor with its file (an absent optional one: the file of the
+    layer's first role), and the config (errors say where)."""
     for name in chosen:
-        labels = {r: f"{name}.{r} (in {where[f'{name}.{r}']})" for r in roles}
+        home = where[f"{name}.{roles[0]}"]
+        labels = {r: f"{name}.{r} (in {where.get(f'{name}.{r}', home)})" for r in roles}
         labels["config"] = config_path
         yield name, build(_read_layer(where, name, roles), labels)
 
@@ -864,6 +851,14 @@ def _config_word(cfg: dict, key: str, default: str, path) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{path}: {key} must be a string; got {value!r}.")
     return value.lower()
+
+
+def _config_flag(cfg: dict, key: str, path):
+    """A config's true/false setting, or None when absent (or null)."""
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{path}: {key} must be true or false; got {value!r}.")
+    return value
 
 
 def _refuse_dynamic(cfg: dict, path) -> None:

@@ -686,8 +686,7 @@ def _plan_uncached(device_id: int, m: int, n: int, k: int, group_size: int, has_
         facts["sms"])
     check_problem(cfg, m, n, k, group_size, has_zp, facts["smem_optin"], facts["cc"])
     check_pdl(pdl, facts["cc"])
-    if max_ctas is not None and max_ctas < 1:
-        raise ValueError(f"max_ctas={max_ctas} must be at least 1.")
+    _check_options(config, max_ctas)
     parallel = -(-m // cfg.tile_m)
     units = (k // cfg.tile_k) * (n // cfg.tile_n) * parallel
     if units > UNITS_MAX:

@@ -76,18 +76,10 @@ class QuantizedWeight:
         self.bits = check_int("bits", self.bits)
         self.group_size = check_int("group_size", self.group_size)
         self._check_fields()
-        k = self.q.shape[0]
-        g = num_groups(k, self.group_size)
         if self.g_idx is not None:
-            g_idx = np.asarray(self.g_idx)
-            if g_idx.shape != (k,) or not np.issubdtype(g_idx.dtype, np.integer):
-                raise ValueError(f"g_idx must be an integer array of shape [K] = [{k}]; got "
-                                 f"dtype={g_idx.dtype}, shape={g_idx.shape}.")
-            if k and (g_idx.min() < 0 or g_idx.max() >= g):
-                raise ValueError(f"g_idx values must lie in 0..{g - 1} (G={g} groups); got "
-                                 f"{int(g_idx.min())}..{int(g_idx.max())}.")
-            g_idx = g_idx.astype(np.int32)
-            self.g_idx = None if np.array_equal(g_idx, trivial_g_idx(k, self.group_size)) else g_idx
+            g_idx = self._checked_g_idx().astype(np.int32)
+            trivial = np.array_equal(g_idx, trivial_g_idx(self.k, self.group_size))
+            self.g_idx = None if trivial else g_idx
         self._check_dequantized_range()
 
     def __repr__(self) -> str:
@@ -102,13 +94,20 @@ class QuantizedWeight:
         the constructor, and its range checked again here)."""
         self._check_fields()
         if self.g_idx is not None:
-            g_idx, g = np.asarray(self.g_idx), self.num_groups
-            if g_idx.shape != (self.k,) or not np.issubdtype(g_idx.dtype, np.integer) or (
-                    self.k and (int(g_idx.min()) < 0 or int(g_idx.max()) >= g)):
-                raise ValueError(f"g_idx must be an integer array of shape [K] = [{self.k}] with "
-                                 f"values in 0..{g - 1}; it was changed in place since the "
-                                 "QuantizedWeight was made (make a new one).")
+            self._checked_g_idx()
         self._check_dequantized_range()
+
+    def _checked_g_idx(self) -> np.ndarray:
+        """``g_idx`` as an array, or ValueError unless it is an integer ``[K]`` in 0..G-1."""
+        k, g = self.k, self.num_groups
+        g_idx = np.asarray(self.g_idx)
+        if g_idx.shape != (k,) or not np.issubdtype(g_idx.dtype, np.integer):
+            raise ValueError(f"g_idx must be an integer array of shape [K] = [{k}]; got "
+                             f"dtype={g_idx.dtype}, shape={g_idx.shape}.")
+        if k and (g_idx.min() < 0 or g_idx.max() >= g):
+            raise ValueError(f"g_idx values must lie in 0..{g - 1} (G={g} groups); got "
+                             f"{int(g_idx.min())}..{int(g_idx.max())}.")
+        return g_idx
 
     def _check_dequantized_range(self) -> None:
         """Raise if a dequantized value ``(q - zero) * scale`` is beyond float16's range: the

@@ -36,10 +36,6 @@ def _non_negative_float(text):
     return v
 
 
-_positive_int = positive_int
-_non_negative_int = at_least(0)
-
-
 def _typed(parse, what):
     """An argparse type from one of the ``shapes`` parsers, keeping its message."""
     def convert(text):
@@ -97,23 +93,23 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--config", action="append", default=[], metavar="NAME",
                       help="also time Marlin with this explicit KernelConfig name (repeatable); "
                            "its rows are labelled marlin[NAME]")
-    what.add_argument("--naive-fused-max-m", type=_positive_int, default=providers.NAIVE_FUSED_MAX_M,
+    what.add_argument("--naive-fused-max-m", type=positive_int, default=providers.NAIVE_FUSED_MAX_M,
                       help=f"largest batch at which naive-fused is timed (default "
                            f"{providers.NAIVE_FUSED_MAX_M}; it is slow and only shows the baseline)")
     how = ap.add_argument_group("how to measure")
     how.add_argument("--time-budget-ms", type=_positive_float, default=d.DEFAULT_BUDGET_MS,
                      help=f"GPU time per measurement that sets the repetition count "
                           f"(default {d.DEFAULT_BUDGET_MS:g})")
-    how.add_argument("--min-reps", type=_positive_int, default=d.DEFAULT_MIN_REPS)
-    how.add_argument("--max-reps", type=_positive_int, default=d.DEFAULT_MAX_REPS)
-    how.add_argument("--warmup", type=_positive_int, default=d.DEFAULT_WARMUP,
+    how.add_argument("--min-reps", type=positive_int, default=d.DEFAULT_MIN_REPS)
+    how.add_argument("--max-reps", type=positive_int, default=d.DEFAULT_MAX_REPS)
+    how.add_argument("--warmup", type=positive_int, default=d.DEFAULT_WARMUP,
                      help="warm-up calls before timing")
     how.add_argument("--cooldown", type=_non_negative_float, default=0.1,
                      help="seconds of rest between batch sizes (default 0.1)")
     how.add_argument("--copy-cap-gb", type=_positive_float, default=40.0,
                      help="most GB of weight copies per layer for the L2 rotation (default 40)")
     how.add_argument("--seed", type=int, default=0)
-    how.add_argument("--chain-len", type=_non_negative_int, default=0, metavar="L",
+    how.add_argument("--chain-len", type=at_least(0), default=0, metavar="L",
                      help="time chains of L calls back to back, one event pair per chain, instead "
                           "of events around every call (default 0: per call). Needed for "
                           "marlin-pdl; a chain is how a model runs its GEMMs")
