@@ -959,6 +959,15 @@ def _shards(index: Path) -> list:
     return files
 
 
+#: The safetensors dtypes each tensor role may have, and how to say so (the readers'
+#: own checks: ``_words``, ``_scales``, ``_g_idx``).
+_PACKED = (("I32", "U32"), "packed codes are I32, or U32 with the same bits")
+_SCALE = (("F16", "BF16", "F32", "F64"), "scales are F16, or BF16/F32/F64 values that float16 "
+                                         "holds exactly")
+_ROLE_DTYPES = {"qweight": _PACKED, "qzeros": _PACKED, "B": _PACKED, "scales": _SCALE,
+                "s": _SCALE, "g_idx": (("I32", "U32", "I64"), "g_idx is I32 or I64")}
+
+
 def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweight") -> dict:
     """``{key: file}`` of every ``<layer>.<role>`` tensor, from the files' headers alone.
 
@@ -968,7 +977,7 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweig
     inconsistent. Dtypes are checked here too.
     """
     folder = Path(path_dir)
-    where = {}
+    where, dtypes = {}, {}
     for file in _tensor_files(folder, base_name):
         with _opened(file) as handle:
             for key in handle.keys():
@@ -976,11 +985,7 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweig
                     continue
                 if key in where:
                     raise ValueError(f"tensor {key} appears in both {where[key]} and {file}.")
-                dtype = handle.get_slice(key).get_dtype()
-                if dtype not in ("I32", "U32", "I64", "F16", "BF16", "F32", "F64"):
-                    raise ValueError(f"tensor {key} in {file} has dtype {dtype}, which this "
-                                     "loader does not read (scales F16, or BF16/F32/F64 "
-                                     "values that float16 holds exactly; packed tensors I32).")
+                dtypes[key] = handle.get_slice(key).get_dtype()
                 where[key] = file
 
     suffix = "." + key_role
@@ -992,6 +997,9 @@ def _index_tensors(path_dir, roles, optional=(), base_name=None, key_role="qweig
         if prefix not in layers and role != "scales":
             raise ValueError(f"tensor {key} in {where[key]} has no {prefix}{suffix} beside it; "
                              "the checkpoint is truncated or inconsistent.")
+        if prefix in layers and dtypes[key] not in _ROLE_DTYPES[role][0]:
+            raise ValueError(f"tensor {key} in {where[key]} has dtype {dtypes[key]}, which this "
+                             f"loader does not read as {role} ({_ROLE_DTYPES[role][1]}).")
     for layer in sorted(layers):
         for role in roles:
             key = f"{layer}.{role}"

@@ -10,8 +10,8 @@ from .weights import MarlinWeight, QuantizedWeight
 class MarlinLinear:
     """Holds a device-resident ``MarlinWeight`` and an optional fp16 bias.
 
-    ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (symmetric
-    4-bit; round-to-nearest, or GPTQ given ``hessian=``) and packs;
+    ``MarlinLinear.from_float(w [K, N], bias=None, group_size=128)`` quantizes (4-bit,
+    symmetric unless ``sym=False``; round-to-nearest, or GPTQ given ``hessian=``) and packs;
     ``MarlinLinear.from_linear(torch_linear)`` does so with a torch ``nn.Linear``'s transposed
     weight and its bias; ``MarlinLinear(qw_or_mw, bias)`` wraps existing weights.
     ``pdl=True`` launches with programmatic dependent launch (see ``matmul``'s contract).
@@ -54,7 +54,9 @@ class MarlinLinear:
                    damp: float = 0.01) -> "MarlinLinear":
         """Quantizes ``w [K, N]`` to 4 bits: round-to-nearest (``quantize``), or GPTQ
         (``quantize_gptq``) when ``hessian``, ``X^T X`` of the layer's calibration inputs
-        ``[K, K]``, is given; ``act_order``, ``static_groups`` and ``damp`` are GPTQ's."""
+        ``[K, K]``, is given; ``act_order``, ``static_groups`` and ``damp`` are GPTQ's.
+        ``bias`` (``[N]``) must be float16, the output's type: checked before quantizing."""
+        _check_bias_early(bias, np.shape(w)[1] if np.ndim(w) == 2 else None)
         if hessian is None:
             if act_order or static_groups:
                 raise ValueError("act_order and static_groups are GPTQ's and need the "
@@ -76,8 +78,10 @@ class MarlinLinear:
         quantizes ``linear.weight.T``, since torch keeps ``[N, K]`` where this layer's ``W`` is
         ``[K, N]`` (``from_float(linear.weight)`` would be the wrong product, unnoticed on a
         square layer), and keeps the bias as float16, the output's type (a bias beyond
-        float16's range is an error). ``hessian`` (``X^T X`` of the inputs the layer sees,
-        ``[in, in]``; torch, CuPy or NumPy) and the other GPTQ options: as in ``from_float``."""
+        float16's range is an error). The weight is quantized in its own precision (a torch
+        float16 or bfloat16 weight as float32, which holds it exactly). ``hessian`` (``X^T X``
+        of the inputs the layer sees, ``[in, in]``; torch, CuPy or NumPy) and the other GPTQ
+        options: as in ``from_float``."""
         weight = getattr(linear, "weight", None)
         if weight is None:
             raise ValueError(f"{type(linear).__name__} has no weight; from_linear takes a "
@@ -94,7 +98,7 @@ class MarlinLinear:
                 raise ValueError(f"linear.bias has values up to {float(np.abs(b).max()):.6g}, "
                                  f"beyond float16's range (65504).")
             bias = b.astype(np.float16)                    # copied to the GPU by __init__
-        w_kn = np.ascontiguousarray(w.T, dtype=np.float32)                      # [K, N]
+        w_kn = np.ascontiguousarray(w.T)                                        # [K, N]
         return cls.from_float(w_kn, bias, group_size=group_size, sym=sym, config=config,
                               pdl=pdl, hessian=None if hessian is None
                               else _host_array(hessian, wide=True), act_order=act_order,
@@ -132,13 +136,31 @@ class MarlinLinear:
 
 
 def _host_array(t, wide: bool = False) -> np.ndarray:
-    """A torch tensor (detached, as float32 if floating, float64 if ``wide``, on the host), a
-    CuPy array (copied to the host), or anything NumPy reads."""
+    """A torch tensor (detached, on the host; floating ones as float32, or float64 if they are
+    float64 or ``wide``), a CuPy array (copied to the host), or anything NumPy reads."""
     if hasattr(t, "__cuda_array_interface__") and hasattr(t, "get"):
         return t.get()                                                     # CuPy
     if hasattr(t, "detach"):
         t = t.detach()
         if getattr(t, "is_floating_point", lambda: True)():
-            t = t.double() if wide else t.float()
+            t = t.double() if wide or str(getattr(t, "dtype", "")) == "torch.float64" else t.float()
         t = t.cpu().numpy()
     return np.asarray(t)
+
+
+def _check_bias_early(bias, n):
+    """The bias checks of ``__init__`` that need no GPU, made before ``from_float`` spends the
+    quantization on a layer whose bias would be refused (a torch bias is left to ``__init__``:
+    its dtype is not a NumPy one)."""
+    if bias is None:
+        return
+    dtype = getattr(bias, "dtype", None)
+    try:
+        dtype = np.asarray(bias).dtype if dtype is None else np.dtype(dtype)
+    except TypeError:
+        return
+    if dtype != np.float16:
+        raise ValueError(f"bias must be float16; got {dtype}. Cast it explicitly "
+                         f"(bias.astype(numpy.float16)) if that is what you want.")
+    if n is not None and tuple(bias.shape) != (n,):
+        raise ValueError(f"bias must have shape [N] = [{n}]; got {tuple(bias.shape)}.")

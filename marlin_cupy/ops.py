@@ -774,8 +774,10 @@ def matmul(x, mw: MarlinWeight, out=None, config: KernelConfig | None = None, st
     unless ``stream`` is given. ``out`` (fp16 ``[..., N]``, contiguous) receives the result if
     given. Any M >= 0 runs in one launch (M beyond the config's tile as ceil(M / tile_m)
     slabs of its 16 to 128 rows inside the kernel).
-    ``max_ctas`` caps the persistent grid (default: one CTA per SM); tests use it to move
-    stripe boundaries.
+    ``config`` (a ``KernelConfig``) overrides the dispatch's choice (the device's tuned table,
+    else the heuristic); it is validated against the shape, the group size and the device.
+    ``max_ctas`` caps the persistent grid (default: what the GPU keeps resident, the SMs times
+    the config's CTAs per SM, 2 for ``_b2`` configs); tests use it to move stripe boundaries.
 
     CUDA graphs: calls may be captured (``cupy.cuda.Stream.begin_capture`` or
     ``torch.cuda.graph``, ``pdl=True`` included) and the graph replayed on any stream, with no

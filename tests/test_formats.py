@@ -653,7 +653,8 @@ class TestBrokenGptqCheckpoint:
         ("qzeros", np.zeros((4, 3), np.int32), r"qzeros .*must have shape"),
         ("scales", np.ones((4, 16), np.float32) * 0.1, r"scales .*float16"),
         ("g_idx", np.zeros(128, np.int32), r"g_idx .*has 128 entries but .*qweight"),
-        ("qweight", np.zeros((32, 16), np.float16), r"qweight .*must be int32"),
+        ("qweight", np.zeros((32, 16), np.float16), r"qweight .*has dtype F16, which this "
+                                                    r"loader does not read as qweight"),
     ])
     def test_wrong_tensor(self, saved, role, array, match):
         rewrite(saved, replace={f"{Q}.{role}": array})
@@ -952,6 +953,31 @@ class TestLayerByLayer:
         assert [name for name, _ in iterate(folder, names=(Q,))] == [Q]
         assert load(folder, names=[]) == {}
 
+    @pytest.mark.parametrize("role,dtype,match", [
+        ("qweight", np.int64, r"qweight .*has dtype I64, which this loader does not read as "
+                              r"qweight \(packed codes are I32"),
+        ("qweight", np.float16, "has dtype F16, which this loader does not read as qweight"),
+        ("qzeros", np.float32, "has dtype F32, which this loader does not read as qzeros"),
+        ("scales", np.int32, r"has dtype I32, which this loader does not read as scales "
+                             r"\(scales are F16"),
+    ])
+    def test_a_tensor_of_the_wrong_dtype_is_refused_at_the_call(self, kind, role, dtype, match):
+        """Each tensor's dtype is checked against its role from the headers, when the iterator
+        is made (it used to take any dtype of any role there, and fail at the layer)."""
+        folder, layers, _, iterate = kind
+        from safetensors.numpy import load_file
+        key = f"{FIRST}.{role}"
+        value = load_file(str(folder / "model.safetensors"))[key]
+        rewrite(folder, replace={key: value.astype(dtype)})
+        with pytest.raises(ValueError, match=match):
+            iterate(folder)
+
+    def test_a_scales_tensor_outside_the_layers_is_not_checked(self, kind):
+        """``.scales`` is a common name outside quantized layers: any dtype there is left alone."""
+        folder, layers, load, iterate = kind
+        rewrite(folder, replace={"model.norm.scales": np.zeros(8, np.int8)})
+        assert_same_layers(dict(iterate(folder)), layers)
+
     def test_unknown_names_are_refused_before_any_layer_is_read(self, kind):
         folder, _, load, iterate = kind
         with pytest.raises(ValueError, match=rf"no layer 'nope' .*has 2: \['{FIRST}', '{Q}'\]"):
@@ -1140,7 +1166,8 @@ class TestMarlinCheckpoint:
         ([f"{FIRST}.B"], None, rf"{FIRST}\.s .* has no {FIRST}\.B beside it"),
         ([], {f"{FIRST}.B": np.zeros((16, 200), np.int32)}, rf"{FIRST}\.B .*must have shape "
                                                             r"\[K/16, 2N\]"),
-        ([], {f"{FIRST}.B": np.zeros((16, 256), np.float32)}, rf"{FIRST}\.B .*must be int32"),
+        ([], {f"{FIRST}.B": np.zeros((16, 256), np.float32)}, rf"{FIRST}\.B .*has dtype F32, which "
+                                                                 r"this loader does not read as B"),
         ([], {f"{FIRST}.B": np.zeros((16, 192), np.int32),
               f"{FIRST}.s": np.ones((2, 96), np.float16)}, r"N=96 .*multiple of 64"),
     ])

@@ -150,3 +150,35 @@ def test_a_cupy_hessian_comes_to_the_host():
 def test_from_linear_refuses(matmul_calls, linear, match):
     with pytest.raises(ValueError, match=match):
         mc.MarlinLinear.from_linear(linear)
+
+
+@pytest.mark.parametrize("bias,match", [
+    (np.zeros(128, np.float32), "bias must be float16; got float32"),
+    ([0.0] * 128, "bias must be float16; got float64"),
+    (np.zeros(64, np.float16), r"bias must have shape \[N\] = \[128\]; got \(64,\)"),
+])
+def test_from_float_refuses_a_bias_before_quantizing(matmul_calls, monkeypatch, bias, match):
+    """The bias ``__init__`` would refuse is refused before the layer is quantized (on a large
+    layer with GPTQ, minutes spent for nothing)."""
+    quantize = importlib.import_module("marlin_cupy.quantize")
+    monkeypatch.setattr(quantize, "quantize", lambda *a, **kw: pytest.fail("quantized first"))
+    w = np.zeros((256, 128), np.float32)
+    with pytest.raises(ValueError, match=match):
+        mc.MarlinLinear.from_float(w, bias=bias)
+
+
+class Float64Parameter(FakeParameter):
+    dtype = "torch.float64"                       # str() of torch.float64
+
+
+@pytest.mark.parametrize("wrap", [Float64Parameter, np.asarray], ids=["torch-like", "numpy"])
+def test_from_linear_quantizes_a_float64_weight_in_float64(matmul_calls, monkeypatch, wrap):
+    """A float64 weight reaches ``quantize`` as float64 (it was rounded to float32 first)."""
+    seen = []
+    quantize = importlib.import_module("marlin_cupy.quantize")
+    real = quantize.quantize
+    monkeypatch.setattr(quantize, "quantize", lambda w, **kw: seen.append(w.dtype) or real(w, **kw))
+    w_nk = np.random.default_rng(3).standard_normal((128, 256)) * 0.02
+    layer = mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), group_size=64)
+    assert seen == [np.float64]
+    assert mc.unpack(layer.weight).equals(mc.quantize(w_nk.T, bits=4, group_size=64))
