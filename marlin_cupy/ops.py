@@ -48,6 +48,9 @@ PDL_PREFIX = "#define MARLIN_PDL 4\n"
 
 
 def device_facts(device_id: int | None = None) -> dict:
+    """What the launches need to know of a device (the current one by default), read once:
+    its name, SMs (``sms``: those this process's context may use, which the grid is capped by;
+    ``device_sms``: the device's), shared memory limits and compute capability."""
     cp = _cupy()
     dev = cp.cuda.Device(device_id) if device_id is not None else cp.cuda.Device()
     facts = _device_props.get(dev.id)
@@ -55,9 +58,16 @@ def device_facts(device_id: int | None = None) -> dict:
         attrs = dev.attributes
         props = cp.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"]
+        with dev:
+            cp.cuda.runtime.free(0)            # the device's primary context, made current
+            context_sms = _pdl.context_sm_count()
         facts = {
             "name": name.decode() if isinstance(name, bytes) else str(name),
-            "sms": attrs["MultiProcessorCount"],
+            # Every CTA of a launch must be resident at once (README, "What the kernel does
+            # today"): a context given part of the SMs (MPS with an active thread percentage)
+            # caps the grid at its share, where the device's count would wait forever.
+            "sms": min(attrs["MultiProcessorCount"], context_sms or attrs["MultiProcessorCount"]),
+            "device_sms": attrs["MultiProcessorCount"],
             "smem_optin": attrs["MaxSharedMemoryPerBlockOptin"],
             "smem_per_sm": cp.cuda.runtime.deviceGetAttribute(
                 cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev.id),

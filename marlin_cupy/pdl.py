@@ -65,6 +65,31 @@ def driver_function(name: str, argtypes: tuple):
     raise RuntimeError("the CUDA driver library could not be loaded (" + "; ".join(errors) + ")")
 
 
+class ExecAffinityParam(ctypes.Structure):
+    """``CUexecAffinityParam``: the affinity type (an enum, 4 bytes) and a union whose only
+    member is ``CUexecAffinitySmCount`` (one ``unsigned int``)."""
+    _fields_ = [("type", ctypes.c_int), ("sm_count", ctypes.c_uint)]
+
+
+CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0
+
+
+def context_sm_count() -> int | None:
+    """The SMs the current context may use (``cuCtxGetExecAffinity``, CUDA 11.4+), or None
+    where the driver cannot say: no such entry point, no current context, or an error. A
+    context limited to part of the GPU (MPS's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, a context
+    made with an SM count) reports fewer SMs than the device has."""
+    try:
+        fn = driver_function("cuCtxGetExecAffinity", (ctypes.POINTER(ExecAffinityParam),
+                                                      ctypes.c_int))
+    except RuntimeError:
+        return None
+    param = ExecAffinityParam()
+    if fn(ctypes.byref(param), CU_EXEC_AFFINITY_TYPE_SM_COUNT) != 0:
+        return None
+    return int(param.sm_count) or None
+
+
 @functools.lru_cache(maxsize=None)
 def _driver():
     """``cuLaunchKernelEx`` from the CUDA driver library, or RuntimeError saying what is missing

@@ -756,6 +756,42 @@ class TestInterop:
             assert cp.array_equal(y.view(cp.uint16), want.view(cp.uint16)), trial
 
 
+class TestContextSms:
+    """The grid is capped by the SMs this process's context may use (``device_facts``'s
+    ``sms``, from ``cuCtxGetExecAffinity``), not the device's: under MPS with an active thread
+    percentage a grid of every SM would never be resident at once, and its CTAs would wait for
+    each other forever."""
+
+    def test_a_plain_context_has_every_sm(self):
+        from marlin_cupy import ops, pdl
+        facts = ops.device_facts()
+        every = cp.cuda.Device().attributes["MultiProcessorCount"]
+        assert pdl.context_sm_count() in (None, every)
+        assert facts["sms"] == facts["device_sms"] == every
+
+    def test_a_context_given_part_of_the_sms_caps_the_grid(self, monkeypatch):
+        # MPS cannot be started from a test: the driver's answer is stood in for, and the
+        # facts and plans made with it are dropped afterwards.
+        from marlin_cupy import ops, pdl
+        every = ops.device_facts()["device_sms"]
+        part = every // 3
+        monkeypatch.setattr(pdl, "context_sm_count", lambda: part)
+        monkeypatch.setattr(ops, "_device_props", {})
+        ops._plan.cache_clear()
+        try:
+            rng = np.random.default_rng(17)
+            qw = make_weight(rng, 4096, 4096, 128)
+            mw = mc.pack(qw).to_device()
+            assert ops.device_facts()["sms"] == part
+            for m in (1, 16, 64):
+                plan = ops.plan(m, 4096, 4096, 128)
+                assert plan.grid <= part * plan.config.blocks_per_sm, (m, plan.config.name)
+                x_h = rng.standard_normal((m, 4096)).astype(np.float16)
+                judge(x_h, qw, run(x_h, mw))
+        finally:
+            ops._plan.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def small_weight():
     """One 256 x 128 weight shared by the bad-input tests (packed once per module)."""

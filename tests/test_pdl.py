@@ -20,11 +20,13 @@ PROBE = r"""
 #include <stdio.h>
 #include <cuda.h>
 int main(void) {
-  printf("%zu %zu %zu %zu %zu %zu %zu %d\n", sizeof(CUlaunchAttribute),
+  printf("%zu %zu %zu %zu %zu %zu %zu %d %zu %zu %d\n", sizeof(CUlaunchAttribute),
          offsetof(CUlaunchAttribute, value), sizeof(CUlaunchConfig),
          offsetof(CUlaunchConfig, sharedMemBytes), offsetof(CUlaunchConfig, hStream),
          offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs),
-         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+         sizeof(CUexecAffinityParam), offsetof(CUexecAffinityParam, param.smCount.val),
+         (int)CU_EXEC_AFFINITY_TYPE_SM_COUNT);
   return 0;
 }
 """
@@ -35,11 +37,13 @@ def ours():
             ctypes.sizeof(pdl.LaunchConfig), pdl.LaunchConfig.sharedMemBytes.offset,
             pdl.LaunchConfig.hStream.offset, pdl.LaunchConfig.attrs.offset,
             pdl.LaunchConfig.numAttrs.offset,
-            pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            pdl.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            ctypes.sizeof(pdl.ExecAffinityParam), pdl.ExecAffinityParam.sm_count.offset,
+            pdl.CU_EXEC_AFFINITY_TYPE_SM_COUNT)
 
 
 def test_layout_is_cuda_h_written_out():
-    assert ours() == (72, 8, 56, 24, 32, 40, 48, 6)
+    assert ours() == (72, 8, 56, 24, 32, 40, 48, 6, 8, 4, 0)
 
 
 def test_layout_matches_the_header(tmp_path):
@@ -112,6 +116,34 @@ def test_prepared_launch_sends_what_it_holds(monkeypatch):
     seen["err"] = 719
     with pytest.raises(RuntimeError, match="CUresult 719"):
         prep.send()
+
+
+def test_context_sm_count_reads_the_driver(monkeypatch):
+    """``context_sm_count`` through a stand-in for ``cuCtxGetExecAffinity`` with the driver's
+    signature: the SM count it writes for the SM-count type, None on an error or a zero."""
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(pdl.ExecAffinityParam), ctypes.c_int)
+    answer = {"err": 0, "sms": 66}
+    asked = []
+
+    def driver(param, kind):
+        asked.append(kind)
+        param.contents.type = kind
+        param.contents.sm_count = answer["sms"]
+        return answer["err"]
+    fake = proto(driver)
+    monkeypatch.setattr(pdl, "driver_function", lambda name, argtypes:
+                        fake if name == "cuCtxGetExecAffinity" else pytest.fail(name))
+    assert pdl.context_sm_count() == 66
+    assert asked == [pdl.CU_EXEC_AFFINITY_TYPE_SM_COUNT]
+    answer["err"] = 201                                    # CUDA_ERROR_INVALID_CONTEXT
+    assert pdl.context_sm_count() is None
+    answer.update(err=0, sms=0)
+    assert pdl.context_sm_count() is None
+
+    def missing(name, argtypes):
+        raise RuntimeError("the CUDA driver library could not be loaded")
+    monkeypatch.setattr(pdl, "driver_function", missing)
+    assert pdl.context_sm_count() is None
 
 
 def test_check_pdl():
