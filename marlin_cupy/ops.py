@@ -59,7 +59,10 @@ def device_facts(device_id: int | None = None) -> dict:
         props = cp.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"]
         with dev:
-            cp.cuda.runtime.free(0)            # the device's primary context, made current
+            # Since CUDA 12.0 cudaSetDevice initializes the device's primary context and makes it
+            # current on this thread (cudaFree(0) would too, but is not allowed while a stream
+            # is being captured, and the first plan may be made under a capture).
+            cp.cuda.runtime.setDevice(dev.id)
             context_sms = _pdl.context_sm_count()
         facts = {
             "name": name.decode() if isinstance(name, bytes) else str(name),

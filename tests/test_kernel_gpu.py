@@ -769,6 +769,22 @@ class TestContextSms:
         assert pdl.context_sm_count() in (None, every)
         assert facts["sms"] == facts["device_sms"] == every
 
+    def test_the_facts_are_read_under_a_global_capture(self, monkeypatch):
+        """The first plan may be made under a capture (torch.cuda.graph's default mode is
+        global): reading the context's SMs must neither fail nor invalidate it."""
+        from marlin_cupy import ops
+        every = ops.device_facts()["device_sms"]
+        monkeypatch.setattr(ops, "_device_props", {})
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture(cp.cuda.runtime.streamCaptureModeGlobal)
+            try:
+                facts = ops.device_facts()
+                assert s.is_capturing()
+            finally:
+                s.end_capture()                     # raises if the capture was invalidated
+        assert facts["sms"] == facts["device_sms"] == every
+
     def test_a_context_given_part_of_the_sms_caps_the_grid(self, monkeypatch):
         # MPS cannot be started from a test: the driver's answer is stood in for, and the
         # facts and plans made with it are dropped afterwards.
