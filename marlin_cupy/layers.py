@@ -138,13 +138,15 @@ class MarlinLinear:
 def _host_array(t, wide: bool = False) -> np.ndarray:
     """A torch tensor (detached, on the host; floating ones as float32, or float64 if they are
     float64 or ``wide``), a CuPy array (copied to the host), or anything NumPy reads."""
-    if hasattr(t, "__cuda_array_interface__") and hasattr(t, "get"):
-        return t.get()                                                     # CuPy
+    # torch first: a CUDA tensor that requires grad raises RuntimeError, not AttributeError,
+    # from __cuda_array_interface__, which hasattr would let through (an nn.Linear's weight).
     if hasattr(t, "detach"):
         t = t.detach()
         if getattr(t, "is_floating_point", lambda: True)():
             t = t.double() if wide or str(getattr(t, "dtype", "")) == "torch.float64" else t.float()
-        t = t.cpu().numpy()
+        return np.asarray(t.cpu().numpy())
+    if hasattr(t, "__cuda_array_interface__") and hasattr(t, "get"):
+        return t.get()                                                     # CuPy
     return np.asarray(t)
 
 

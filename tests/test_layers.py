@@ -182,3 +182,21 @@ def test_from_linear_quantizes_a_float64_weight_in_float64(matmul_calls, monkeyp
     layer = mc.MarlinLinear.from_linear(FakeLinear(wrap(w_nk)), group_size=64)
     assert seen == [np.float64]
     assert mc.unpack(layer.weight).equals(mc.quantize(w_nk.T, bits=4, group_size=64))
+
+
+class RequiresGradParameter(FakeParameter):
+    """A CUDA torch parameter that requires grad: its ``__cuda_array_interface__`` raises
+    RuntimeError (not AttributeError, which ``hasattr`` would take as "absent")."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad.")
+
+
+def test_from_linear_takes_a_parameter_that_requires_grad(matmul_calls):
+    """An ``nn.Linear``'s weight on the GPU requires grad; reading it failed on the H100 run of
+    the README's example (records 2026-12-05_h200_7acdc66/call1)."""
+    w_nk = (np.random.default_rng(4).standard_normal((128, 256)) * 0.02).astype(np.float32)
+    layer = mc.MarlinLinear.from_linear(FakeLinear(RequiresGradParameter(w_nk)))
+    assert mc.unpack(layer.weight).equals(mc.quantize(w_nk.T, bits=4, group_size=128))
+    assert np.array_equal(layers._host_array(RequiresGradParameter(np.ones(3))), np.ones(3))
