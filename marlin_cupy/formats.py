@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import on_gpu
 from .weights import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight, default_zero
 
 GPTQ_FORMATS = ("gptq", "gptq_v2")
@@ -128,7 +129,7 @@ def unpack_cols(words: np.ndarray, bits: int, order=None) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 def _host(x, name: str) -> np.ndarray:
-    if hasattr(x, "__cuda_array_interface__"):
+    if on_gpu(x):
         raise ValueError(f"{name} is on the GPU; pass a host array (x.get() for CuPy, "
                          "x.cpu().numpy() for PyTorch).")
     try:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._arrays import on_gpu
 from .quantize import _check_inputs, _scale_and_zero, quantize
 from .weights import FP16_MAX, QuantizedWeight, check_int, num_groups
 
@@ -85,7 +86,7 @@ def quantize_gptq(w, hessian, bits: int = 4, group_size: int = 128, sym: bool = 
     definite after damping, a ``damp`` outside ``[0, 1]``, and weights, updated weights or
     dequantized values beyond float16's range. See the module docstring for the algorithm.
     """
-    if hasattr(w, "__cuda_array_interface__"):
+    if on_gpu(w):
         raise ValueError("quantize_gptq works on host arrays; w is on the GPU. Pass w.get() "
                          "(CuPy) or w.cpu().numpy() (PyTorch).")
     bits, group_size = check_int("bits", bits), check_int("group_size", group_size)
@@ -164,7 +165,7 @@ def _check_weight_range(w: np.ndarray) -> None:
 def _prepared_hessian(hessian, k: int, damp: float):
     """``hessian`` checked and damped, float64 ``[K, K]`` (a fresh array), and the dead
     inputs, bool ``[K]``."""
-    if hasattr(hessian, "__cuda_array_interface__"):
+    if on_gpu(hessian):
         raise ValueError("quantize_gptq works on host arrays; hessian is on the GPU. Pass "
                          "hessian.get() (CuPy) or hessian.cpu().numpy() (PyTorch).")
     h = np.asarray(hessian)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._arrays import on_gpu
 from .weights import (FP16_MAX, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES, QuantizedWeight,
                       check_int, default_zero, num_groups)
 
@@ -98,7 +99,7 @@ def quantize(w, bits: int = 4, group_size: int = 128, sym: bool = True,
 
 def _check_inputs(w, bits, group_size, sym, clip_search) -> np.ndarray:
     """Validate every argument; return ``w`` as a NumPy array in its own float dtype."""
-    if hasattr(w, "__cuda_array_interface__"):
+    if on_gpu(w):
         raise ValueError("quantize works on host arrays; w is on the GPU. Pass w.get() "
                          "(CuPy) or w.cpu().numpy() (PyTorch).")
     if bits not in SUPPORTED_BITS:
