@@ -40,11 +40,7 @@ class MarlinLinear:
                                  f"{device}; pass it on the weight's GPU, or as a host array.")
             with cp.cuda.Device(device):                 # host biases go to the weight's GPU
                 b = cp.asarray(bias)
-            if b.shape != (weight.n,):
-                raise ValueError(f"bias must have shape [N] = [{weight.n}]; got {tuple(b.shape)}.")
-            if b.dtype != cp.float16:
-                raise ValueError(f"bias must be float16; got {b.dtype}. Cast it explicitly "
-                                 f"(bias.astype(numpy.float16)) if that is what you want.")
+            _check_bias(b.dtype, b.shape, weight.n)
             self.bias = cp.ascontiguousarray(b)
 
     @classmethod
@@ -150,19 +146,24 @@ def _host_array(t, wide: bool = False) -> np.ndarray:
     return np.asarray(t)
 
 
+def _check_bias(dtype, shape, n: int) -> None:
+    """A bias is ``[N]`` and float16, the output's type (nothing is cast silently)."""
+    if tuple(shape) != (n,):
+        raise ValueError(f"bias must have shape [N] = [{n}]; got {tuple(shape)}.")
+    if dtype != np.float16:
+        raise ValueError(f"bias must be float16; got {dtype}. Cast it explicitly "
+                         f"(bias.astype(numpy.float16)) if that is what you want.")
+
+
 def _check_bias_early(bias, n):
-    """The bias checks of ``__init__`` that need no GPU, made before ``from_float`` spends the
-    quantization on a layer whose bias would be refused (a torch bias is left to ``__init__``:
-    its dtype is not a NumPy one)."""
-    if bias is None:
+    """``__init__``'s bias check, made before ``from_float`` spends the quantization on a layer
+    whose bias would be refused (a torch bias is left to ``__init__``: its dtype is not a NumPy
+    one; a ``w`` that is not 2-D, ``n`` None, to ``quantize``)."""
+    if bias is None or n is None:
         return
     dtype = getattr(bias, "dtype", None)
     try:
         dtype = np.asarray(bias).dtype if dtype is None else np.dtype(dtype)
     except TypeError:
         return
-    if dtype != np.float16:
-        raise ValueError(f"bias must be float16; got {dtype}. Cast it explicitly "
-                         f"(bias.astype(numpy.float16)) if that is what you want.")
-    if n is not None and tuple(bias.shape) != (n,):
-        raise ValueError(f"bias must have shape [N] = [{n}]; got {tuple(bias.shape)}.")
+    _check_bias(dtype, np.shape(bias), n)

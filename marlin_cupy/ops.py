@@ -64,13 +64,14 @@ def device_facts(device_id: int | None = None) -> dict:
             # is being captured, and the first plan may be made under a capture).
             cp.cuda.runtime.setDevice(dev.id)
             context_sms = _pdl.context_sm_count()
+        every = attrs["MultiProcessorCount"]
         facts = {
             "name": name.decode() if isinstance(name, bytes) else str(name),
             # Every CTA of a launch must be resident at once (README, "What the kernel does
             # today"): a context given part of the SMs (MPS with an active thread percentage)
             # caps the grid at its share, where the device's count would wait forever.
-            "sms": min(attrs["MultiProcessorCount"], context_sms or attrs["MultiProcessorCount"]),
-            "device_sms": attrs["MultiProcessorCount"],
+            "sms": min(every, context_sms or every),
+            "device_sms": every,
             "smem_optin": attrs["MaxSharedMemoryPerBlockOptin"],
             "smem_per_sm": cp.cuda.runtime.deviceGetAttribute(
                 cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev.id),
